@@ -4,12 +4,12 @@
 #define GMMGEN_BUNDLE_default_kernels_H_
 
 #include "gmmgen/kernel_abi.h"
-#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_b787a459.h"
-#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_8fdf9c0b.h"
-#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_094af353.h"
-#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_56af606e.h"
-#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_8b6cdbe3.h"
-#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_fb14e5eb.h"
+#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_77d44073.h"
+#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_a792bfd3.h"
+#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_01654c81.h"
+#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_428b95d3.h"
+#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_4f2fd7c3.h"
+#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_ec6d3acb.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -123,6 +123,11 @@ TEST(BadInput, EveryKindIsRejectedAndOutputUntouched) {
   }
   {
     Fixture f(k);
+    f.a.rhs_ld = 1;
+    f.expect_rejected(GMMGEN_ERR_INVALID_ARGUMENT, "rhs_ld=1");
+  }
+  {
+    Fixture f(k);
     f.a.out_ld = 1;
     f.expect_rejected(GMMGEN_ERR_INVALID_ARGUMENT, "out_ld=1");
   }

@@ -43,7 +43,8 @@ TEST(Emit, CheckedInGeneratedFolderHasNotDrifted) {
   for (const auto& f : emit_set(default_specs(), "default_kernels")) {
     ASSERT_TRUE(fs::exists(dir / f.path)) << "generated/" << f.path << " is missing";
     EXPECT_EQ(f.content, read_file(dir / f.path))
-        << "generated/" << f.path << " differs from what the generator emits now; regenerate it";
+        << "generated/" << f.path
+        << " differs from what the generator emits now: cmake --build build --target regenerate";
     ++compared;
   }
   size_t on_disk = 0;

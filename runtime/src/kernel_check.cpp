@@ -124,13 +124,23 @@ CheckResult check_kernel(const KernelFns& fns, const KernelSpec& spec, const Che
       lhs.set(r * lhs_ld + k, k < K ? v : std::numeric_limits<double>::quiet_NaN());
       if (k < K) p.lhs[r * K + k] = v;
     }
-  const int64_t rhs_count = spec.g_local * K * N;
-  Buffer rhs(spec.rhs, rhs_count);
-  p.rhs.resize(rhs_count);
-  for (int64_t i = 0; i < rhs_count; ++i) rhs.set(i, p.rhs[i] = round_to(spec.rhs, uni(rng)));
+  // rhs rows: [G_local * rows, row_len] with rhs_ld = row_len + rhs_pad (padding holds NaN).
+  const int64_t row_len = spec.transpose_rhs ? K : N;
+  const int64_t rhs_rows = spec.g_local * (spec.transpose_rhs ? N : K),
+                rhs_ld = row_len + c.rhs_pad;
+  Buffer rhs(spec.rhs, rhs_rows * rhs_ld);
+  p.rhs.resize(rhs_rows * row_len);
+  for (int64_t r = 0; r < rhs_rows; ++r)
+    for (int64_t i = 0; i < rhs_ld; ++i) {
+      const double v =
+          i < row_len ? round_to(spec.rhs, uni(rng)) : std::numeric_limits<double>::quiet_NaN();
+      rhs.set(r * rhs_ld + i, v);
+      if (i < row_len) p.rhs[r * row_len + i] = v;
+    }
   if (c.nan_expert) {
     const int64_t j = spec.g_local / 2, i = j * K * N + int64_t(rng() % uint64_t(K * N));
-    rhs.set(i, p.rhs[i] = std::numeric_limits<double>::quiet_NaN());
+    p.rhs[i] = std::numeric_limits<double>::quiet_NaN();
+    rhs.set((i / row_len) * rhs_ld + i % row_len, p.rhs[i]);
   }
 
   const int64_t out_count = std::max<int64_t>(1, M * out_ld);
@@ -151,7 +161,7 @@ CheckResult check_kernel(const KernelFns& fns, const KernelSpec& spec, const Che
   a.abi_version = GMMGEN_ABI_VERSION;
   a.m = M;
   a.lhs = lhs.data(), a.lhs_ld = lhs_ld;
-  a.rhs = rhs.data();
+  a.rhs = rhs.data(), a.rhs_ld = rhs_ld;
   a.group_sizes = c.group_sizes.data();
   a.group_offset = c.group_offset;
   a.out = out.data(), a.out_ld = out_ld;
@@ -273,12 +283,14 @@ std::vector<CheckCase> standard_cases(const KernelSpec& spec, uint64_t seed) {
         c.nan_expert = index % 5 == 3;
         c.in_place = index % 2 == 0;
         c.lhs_pad = index % 3 == 1 ? 3 : 0;
+        c.rhs_pad = index % 3 == 2 ? 2 : 0;
         c.out_pad = index % 4 == 2 ? 5 : 0;
         c.reverse_items = index % 2 == 1;
         c.exact_inputs = index % 4 == 1;
         std::ostringstream label;
         label << "M=" << m << " sum=" << rows << " " << to_string(d) << " offset=" << off
-              << (c.nan_expert ? " nan-expert" : "") << (c.lhs_pad || c.out_pad ? " strided" : "")
+              << (c.nan_expert ? " nan-expert" : "")
+              << (c.lhs_pad || c.rhs_pad || c.out_pad ? " strided" : "")
               << (c.exact_inputs ? " exact" : "")
               << (spec.out_mode != OutMode::kPlain ? (c.in_place ? " in-place" : " separate") : "");
         c.label = label.str();

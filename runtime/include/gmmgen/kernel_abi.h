@@ -77,22 +77,30 @@ typedef struct gmmgen_kernel_info {
   int64_t k, n;                  /* contraction and output sizes */
   int32_t num_groups;            /* G: length of group_sizes */
   int32_t num_local_groups;      /* G_local: groups held in rhs (gmm) or out (tgmm) */
-  int32_t transpose_rhs;         /* gmm: 1 if rhs is [G_local, N, K], 0 if [G_local, K, N] */
+  int32_t transpose_rhs;         /* gmm: 1 if rhs is [G_local, N, K], 0 if [G_local, K, N];
+                                    tgmm: the same for out */
+  int32_t lhs_layout;            /* tgmm: 0 if lhs is [M, K], 1 if [K, M]; gmm: 0 */
   int32_t tm, tk, tn;            /* tiling */
 } gmmgen_kernel_info;
 
 typedef struct gmmgen_args {
   uint32_t abi_version;       /* set to GMMGEN_ABI_VERSION */
-  int64_t m;                  /* rows of lhs and out (gmm); >= sum(group_sizes) */
-  const void* lhs;            /* gmm: [m, k] */
+  int64_t m;                  /* rows (tokens); >= sum(group_sizes) */
+  const void* lhs;            /* gmm: [m, k]; tgmm: [m, k], or [k, m] with lhs_layout=km */
   int64_t lhs_ld;             /* elements between consecutive lhs rows (0: packed) */
-  const void* rhs;            /* gmm: [G_local, k, n], or [G_local, n, k] if transpose_rhs */
+  const void* rhs;            /* gmm: [G_local, k, n], or [G_local, n, k] if transpose_rhs;
+                                 tgmm: [m, n] */
+  int64_t rhs_ld;             /* elements between consecutive rhs rows (0: packed); gmm: rows
+                                 of each group's matrix, groups following each other */
   const int32_t* group_sizes; /* [G], each >= 0, sum <= m */
   int32_t group_offset;       /* first active (global) group; 0 <= offset <= G - G_local */
   int32_t reserved0;          /* must be 0 */
-  void* out;                  /* gmm: [m, n] */
-  int64_t out_ld;             /* elements between consecutive out rows (0: packed) */
-  const void* existing_out;   /* EXISTING/ACCUMULATE modes: [m, n], may equal out; else NULL */
+  void* out;                  /* gmm: [m, n]; tgmm: [G_local, k, n], or [G_local, n, k] if
+                                 transpose_rhs */
+  int64_t out_ld;             /* elements between consecutive out rows (0: packed); tgmm: rows
+                                 of each group's matrix, groups following each other */
+  const void* existing_out;   /* EXISTING/ACCUMULATE modes: shaped like out, may equal out;
+                                 NULL in PLAIN mode */
   int64_t existing_out_ld;    /* elements between consecutive existing_out rows (0: packed) */
 } gmmgen_args;
 

@@ -32,6 +32,7 @@ struct CheckCase {
   bool nan_expert = false;     // a NaN in one local expert's weights; must stay in its rows
   bool in_place = true;        // existing modes: existing_out == out (else a separate buffer)
   int64_t lhs_pad = 0;         // lhs_ld = K + lhs_pad
+  int64_t rhs_pad = 0;         // rhs_ld = row length + rhs_pad
   int64_t out_pad = 0;         // out_ld = N + out_pad (padding must stay untouched)
   bool reverse_items = false;  // run work items last to first, in uneven chunks
   // Small-integer inputs: every f32 partial sum is exact, so each output must equal the
