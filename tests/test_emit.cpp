@@ -79,6 +79,8 @@ TEST(Emit, ManifestDescribesEveryKernel) {
     EXPECT_GT(k["cost"]["bytes"]["fixed"].get<int64_t>(), 0);
     EXPECT_GT(k["footprint"]["scratch_bytes_per_thread"].get<int64_t>(), 0);
     EXPECT_EQ(kernel_name(specs[i]) + "_plan", k["symbols"]["plan"]);
+    EXPECT_EQ(specs[i].op == Op::kTgmm ? "cpp/tgmm.cpp.mustache" : "cpp/gmm.cpp.mustache",
+              k["template"]);
   }
 }
 

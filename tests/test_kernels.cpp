@@ -49,10 +49,24 @@ TEST_P(KernelTest, EdgeCases) {
   // Every group starts mid-tile.
   std::fill(sizes.begin(), sizes.end(), int32_t(tm / 2 + 1));
   add("all groups start mid-tile", int64_t(G) * (tm / 2 + 1) + 3, sizes);
-  for (auto& c : cases) {
-    CheckCase nan = c;
-    nan.label += " nan-expert";
+  std::fill(sizes.begin(), sizes.end(), 1);
+  add("groups of size 1", G + 2, sizes);
+  // Empty first and last groups around groups of tm + 1 rows (for G <= 2: no rows at all).
+  std::fill(sizes.begin(), sizes.end(), int32_t(tm + 1));
+  sizes.front() = sizes.back() = 0;
+  add("empty groups at both ends", int64_t(std::max(G - 2, 0)) * (tm + 1) + 1, sizes);
+  // Group sizes on and just past a multiple of tm (tgmm's row chunks).
+  std::fill(sizes.begin(), sizes.end(), 0);
+  sizes.front() = int32_t(tm);
+  sizes.back() += int32_t(2 * tm + 1);
+  add("groups of tm and 2*tm + 1 rows", 3 * tm + 1, sizes);
+  // The same cases with a NaN in an active group (it must reach only the outputs it feeds) and,
+  // in the existing modes, existing_out in a buffer of its own.
+  for (size_t i = 0, plain = cases.size(); i < plain; ++i) {  // (push_back invalidates refs)
+    CheckCase nan = cases[i];
+    nan.label += " nan-expert, existing_out separate";
     nan.nan_expert = true;
+    nan.in_place = false;
     cases.push_back(nan);
   }
   // Sharded: the first and the last shard positions.
@@ -63,6 +77,12 @@ TEST_P(KernelTest, EdgeCases) {
     for (int32_t v : s) total += v;
     add("first shard", total + 2, s, 0);
     add("last shard", total + 2, s, int32_t(k.spec.g - k.spec.g_local));
+    // Rows only outside the shard at offset 1 (before it and, when there is one, after it):
+    // every active group is empty.
+    std::vector<int32_t> outside(G, 0);
+    outside.front() = int32_t(tm + 1);
+    if (G - k.spec.g_local >= 2) outside.back() = int32_t(tm + 1);
+    add("rows only outside the shard", 2 * tm + 3, outside, 1);
   }
   run_cases(k, cases);
 }
@@ -73,12 +93,15 @@ TEST_P(KernelTest, ResultsDoNotDependOnItemOrder) {
   CheckCase c;
   c.m = 3 * k.spec.tiling.tm + 1;
   c.group_sizes = make_group_sizes(Distribution::kRandom, int32_t(k.spec.g), c.m, rng);
+  uint64_t digest[2] = {0, 0};
   for (bool reverse : {false, true}) {
     c.reverse_items = reverse;
     c.label = reverse ? "reverse order" : "forward order";
     const CheckResult r = check_kernel(*k.fns, k.spec, c);
     ASSERT_TRUE(r.ok) << r.failure;
+    digest[reverse] = r.output_digest;
   }
+  EXPECT_EQ(digest[0], digest[1]) << "the output bits depend on the order of the work items";
 }
 
 TEST_P(KernelTest, InfoDescribesTheSpec) {
@@ -92,7 +115,12 @@ TEST_P(KernelTest, InfoDescribesTheSpec) {
   EXPECT_EQ(k.spec.g, info.num_groups);
   EXPECT_EQ(k.spec.g_local, info.num_local_groups);
   EXPECT_EQ(k.spec.tiling.tm, info.tm);
+  EXPECT_EQ(k.spec.tiling.tk, info.tk);
+  EXPECT_EQ(k.spec.tiling.tn, info.tn);
   EXPECT_EQ(int(k.spec.out_mode), info.out_mode);
+  EXPECT_EQ(k.spec.op == Op::kTgmm ? GMMGEN_OP_TGMM : GMMGEN_OP_GMM, info.op);
+  EXPECT_EQ(k.spec.transpose_rhs ? 1 : 0, info.transpose_rhs);
+  EXPECT_EQ(k.spec.lhs_layout == LhsLayout::kKM ? 1 : 0, info.lhs_layout);
 }
 
 INSTANTIATE_TEST_SUITE_P(All, KernelTest, ::testing::ValuesIn(all_kernels()),

@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "gmmgen/heuristics.h"
 #include "gmmgen/spec.h"
 
 namespace gmmgen {
@@ -98,7 +99,13 @@ TEST(Spec, ValidationNamesParameterAndRule) {
       {"k=1024,n=100,g=4,rhs_quant=block:128x128", "N=100 is not a multiple of block size 128"},
       {"k=1024,n=128,g=4,lhs_quant=block:128x128", "block:BxB is for rhs only"},
       {"k=8,n=8,g=4,lhs_layout=km", "lhs_layout=km applies to op=tgmm only"},
-      {"k=8,n=8,g=4,op=tgmm", "not supported yet: op=tgmm"},
+      {"k=8,n=8,g=4,op=tgmm,out_mode=existing_out", "out_mode=existing_out: tgmm writes every"},
+      {"k=8,n=8,g=4,op=tgmm,out_mode=existing_out", "use out_mode=accumulate"},
+      {"k=8,n=8,g=4,op=tgmm,target=pallas", "not supported yet: target=pallas"},
+      {"k=8,n=8,g=4,op=tgmm,lhs=f8e4m3", "not supported yet: lhs=f8e4m3"},
+      {"k=65536,n=65536,g=4,op=tgmm", "overflows the 2^31 element limit of one out operand"},
+      // gmm's scratch for this tiling is 128 KiB; tgmm's lhs chunk [tk][tm] adds 16 MiB.
+      {"k=2048,n=8,g=4,op=tgmm,tm=2048,tk=2048,tn=8", "needs 16908288 bytes of scratch"},
       {"k=8,n=8,g=4,target=pallas", "not supported yet: target=pallas"},
       {"k=8,n=8,g=4,lhs=i8,rhs=i8", "not supported yet: lhs=i8"},
       {"k=8,n=8,g=4,lhs_quant=tensor", "not supported yet: lhs_quant=tensor"},
@@ -142,8 +149,36 @@ TEST(Spec, ParseErrorsNameTheKey) {
 TEST(Spec, ValidSpecsPass) {
   for (const char* text :
        {"k=1,n=1,g=1", "k=4096,n=14336,g=8,lhs=bf16,rhs=bf16,out=bf16",
-        "k=7,n=3,g=5,g_local=2,lhs=f16,rhs=f32,out=f16,tm=1,tk=1,tn=1,isa=generic"})
+        "k=7,n=3,g=5,g_local=2,lhs=f16,rhs=f32,out=f16,tm=1,tk=1,tn=1,isa=generic",
+        "op=tgmm,k=1,n=1,g=1", "k=2048,n=8,g=4,tm=2048,tk=2048,tn=8",
+        "op=tgmm,k=7,n=3,g=5,g_local=2,lhs=f16,rhs=bf16,out=f16,tm=1,tk=1,tn=1,lhs_layout=km,"
+        "transpose_rhs=1,out_mode=accumulate"})
     EXPECT_NO_THROW(validate(parse_text(text))) << text;
+}
+
+// tgmm's defaults, scratch and cost follow its own loop nest (heuristics.h).
+TEST(Spec, TgmmHeuristics) {
+  const KernelSpec s = parse_text("op=tgmm,lhs=bf16,rhs=f16,out=f32,k=1000,n=48,g=8,g_local=2");
+  EXPECT_EQ(64, s.tiling.tm);
+  EXPECT_EQ(128, s.tiling.tk);
+  EXPECT_EQ(48, s.tiling.tn);  // clipped to N
+  // lhs chunk [tk][tm], rhs chunk [tm][tn], accumulator [tk][tn], all f32.
+  EXPECT_EQ((128 * 64 + 64 * 48 + 128 * 48) * 4, scratch_bytes(s));
+  const Cost c = cost_estimate(s);
+  EXPECT_EQ(2 * 1000 * 48, c.flops.per_m);
+  EXPECT_EQ(0, c.flops.fixed);
+  EXPECT_EQ(1000 * 2 + 48 * 2, c.bytes.per_m);  // a row of lhs and a row of rhs
+  EXPECT_EQ(2 * 1000 * 48 * 4, c.bytes.fixed);  // out [G_local, K, N] in f32
+  KernelSpec acc = s;
+  acc.out_mode = OutMode::kAccumulate;  // existing_out is read too
+  EXPECT_EQ(2 * c.bytes.fixed, cost_estimate(acc).bytes.fixed);
+  EXPECT_EQ(c.bytes.per_m, cost_estimate(acc).bytes.per_m);
+  // gmm's cost for the same shapes is unchanged by tgmm: out grows with M, rhs is fixed.
+  KernelSpec fwd = s;
+  fwd.op = Op::kGmm;
+  EXPECT_EQ(1000 * 2 + 48 * 4, cost_estimate(fwd).bytes.per_m);
+  EXPECT_EQ(2 * 1000 * 48 * 2, cost_estimate(fwd).bytes.fixed);
+  EXPECT_EQ((64 * 48 + 128 * 48) * 4, scratch_bytes(fwd));
 }
 
 }  // namespace

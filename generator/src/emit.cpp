@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cctype>
 #include <fstream>
 #include <kainjow/mustache.hpp>
@@ -45,6 +46,31 @@ std::string_view traits_of(DType d) {
   }
 }
 
+// The kernel template of each op, and how its header comment describes each output mode
+// (indexed by OutMode). The one place that maps an op to its template.
+struct OpTemplate {
+  Op op;
+  std::string_view path;
+  std::array<std::string_view, 3> out_mode_doc;
+};
+constexpr std::array<OpTemplate, 2> kOpTemplates{{
+    {Op::kGmm,
+     "cpp/gmm.cpp.mustache",
+     {"written as zero", "left as existing_out has them",
+      "left as existing_out has them; active rows add existing_out"}},
+    {Op::kTgmm,
+     "cpp/tgmm.cpp.mustache",
+     {"out_mode=plain: out is overwritten; an empty group gives zeros.",
+      "out_mode=existing_out is not a tgmm mode (validate() rejects it).",
+      "out_mode=accumulate: out = existing_out + product, rounded once; existing_out may be out."}},
+}};
+
+const OpTemplate& op_template(Op op) {
+  for (const auto& t : kOpTemplates)
+    if (t.op == op) return t;
+  throw std::logic_error("op " + std::string(to_string(op)) + " has no C++ template");
+}
+
 std::string join(const std::vector<std::string>& v, const char* sep) {
   std::string out;
   for (const auto& s : v) out += (out.empty() ? "" : sep) + s;
@@ -65,12 +91,11 @@ mu::data kernel_context(const KernelSpec& s, const std::string& name, const std:
   ctx.set("tk", std::to_string(s.tiling.tk));
   ctx.set("tn", std::to_string(s.tiling.tn));
   ctx.set("transpose_rhs", s.transpose_rhs ? "true" : "false");
+  ctx.set("lhs_km", s.lhs_layout == LhsLayout::kKM ? "true" : "false");
   static const char* kModeCode[] = {"GMMGEN_OUT_PLAIN", "GMMGEN_OUT_EXISTING",
                                     "GMMGEN_OUT_ACCUMULATE"};
-  static const char* kModeDoc[] = {"written as zero", "left as existing_out has them",
-                                   "left as existing_out has them; active rows add existing_out"};
   ctx.set("out_mode_code", kModeCode[int(s.out_mode)]);
-  ctx.set("out_mode_doc", kModeDoc[int(s.out_mode)]);
+  ctx.set("out_mode_doc", std::string(op_template(s.op).out_mode_doc[int(s.out_mode)]));
   ctx.set("lhs_traits", std::string(traits_of(s.lhs)));
   ctx.set("rhs_traits", std::string(traits_of(s.rhs)));
   ctx.set("out_traits", std::string(traits_of(s.out)));
@@ -99,7 +124,7 @@ nlohmann::ordered_json manifest_entry(const KernelSpec& s, const std::string& na
   j["spec"] = to_text(s);
   j["spec_json"] = to_json(s);
   j["files"] = {name + ".h", name + ".cpp"};
-  j["template"] = "cpp/gmm.cpp.mustache";
+  j["template"] = std::string(op_template(s.op).path);
   j["symbols"] = {{"entry", name},
                   {"info", name + "_info"},
                   {"workspace_bytes", name + "_workspace_bytes"},
@@ -139,7 +164,7 @@ EmittedKernel emit_kernel(const KernelSpec& spec) {
   k.hash = spec_hash(spec);
   const mu::data ctx = kernel_context(spec, k.name, k.hash);
   k.files.push_back({k.name + ".h", render("cpp/kernel.h.mustache", ctx)});
-  k.files.push_back({k.name + ".cpp", render("cpp/gmm.cpp.mustache", ctx)});
+  k.files.push_back({k.name + ".cpp", render(op_template(spec.op).path, ctx)});
   k.manifest_entry = manifest_entry(spec, k.name, k.hash);
   return k;
 }
@@ -197,6 +222,14 @@ std::vector<EmittedFile> emit_set(const std::vector<KernelSpec>& specs, const st
   files.push_back({"gmmgen/kernel_abi.h", std::string(embedded_file("gmmgen/kernel_abi.h"))});
   files.push_back({"manifest.json", manifest.dump(2) + "\n"});
   return files;
+}
+
+EmittedFile emit_cache_entry(const std::string& kernel_name, const std::string& key) {
+  mu::data ctx;
+  ctx.set("name", kernel_name);
+  ctx.set("key", key);
+  ctx.set("version", std::string(generator_version()));
+  return {"entry.cpp", render("cpp/cache_entry.cpp.mustache", ctx)};
 }
 
 void write_files(const std::filesystem::path& dir, const std::vector<EmittedFile>& files) {

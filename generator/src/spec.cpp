@@ -329,7 +329,8 @@ void validate(const KernelSpec& s) {
   range("tn", s.tiling.tn, 1, kMaxTile);
   if (s.g_local > kMaxDim / s.k / s.n)
     fail("g_local*k*n=" + std::to_string(s.g_local) + "*" + std::to_string(s.k) + "*" +
-         std::to_string(s.n) + " overflows the 2^31 element limit of one rhs operand");
+         std::to_string(s.n) + " overflows the 2^31 element limit of one " +
+         (s.op == Op::kTgmm ? "out" : "rhs") + " operand");
   const int64_t scratch = scratch_bytes(s);
   if (scratch > kMaxScratchBytes)
     fail("tiling tm=" + std::to_string(s.tiling.tm) + " tk=" + std::to_string(s.tiling.tk) +
@@ -366,10 +367,14 @@ void validate(const KernelSpec& s) {
 
   if (s.lhs_layout == LhsLayout::kKM && s.op != Op::kTgmm)
     fail("lhs_layout=km applies to op=tgmm only (gmm takes lhs as [M, K])");
+  if (s.op == Op::kTgmm && s.out_mode == OutMode::kExistingOut)
+    fail(
+        "out_mode=existing_out: tgmm writes every element of out, so there is nothing to "
+        "preserve; to add the product to existing_out (gradient accumulation) use "
+        "out_mode=accumulate");
 
   // Valid, but not built yet: say so plainly.
   auto not_yet = [&](const std::string& what) { fail("not supported yet: " + what); };
-  if (s.op == Op::kTgmm) not_yet("op=tgmm");
   if (s.target == Target::kPallas) not_yet("target=pallas");
   for (auto [p, d] : {std::pair{"lhs", s.lhs}, std::pair{"rhs", s.rhs}})
     if (d != DType::kF32 && d != DType::kBF16 && d != DType::kF16)

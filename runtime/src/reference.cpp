@@ -43,4 +43,42 @@ ReferenceResult reference_gmm(const GmmProblem& p) {
   return r;
 }
 
+TgmmReferenceResult reference_tgmm(const TgmmProblem& p) {
+  TgmmReferenceResult r;
+  const int64_t per_group = p.k * p.n;
+  r.out.assign(p.num_local_groups * per_group, 0.0);
+  r.abs_dot.assign(p.num_local_groups * per_group, 0.0);
+  r.rows.assign(p.num_local_groups, 0);
+  r.row_begin.assign(p.num_local_groups, 0);
+
+  int64_t start = 0;
+  for (int32_t g = 0; g < p.num_groups; ++g) {
+    const int32_t local = g - p.group_offset;
+    if (local >= 0 && local < p.num_local_groups) {
+      r.row_begin[local] = start;
+      r.rows[local] = p.group_sizes[g];
+    }
+    start += p.group_sizes[g];
+  }
+
+  for (int32_t j = 0; j < p.num_local_groups; ++j) {
+    const int64_t begin = r.row_begin[j], end = begin + r.rows[j];
+    for (int64_t kk = 0; kk < p.k; ++kk) {
+      for (int64_t col = 0; col < p.n; ++col) {
+        double sum = 0.0, abs_sum = 0.0;  // an empty group sums to zero
+        for (int64_t row = begin; row < end; ++row) {
+          const double prod = p.lhs[row * p.k + kk] * p.rhs[row * p.n + col];
+          sum += prod;
+          abs_sum += std::fabs(prod);
+        }
+        const int64_t i = j * per_group + kk * p.n + col;
+        if (p.out_mode == OutMode::kAccumulate) sum += p.existing_out[i];
+        r.out[i] = sum;
+        r.abs_dot[i] = abs_sum;
+      }
+    }
+  }
+  return r;
+}
+
 }  // namespace gmmgen

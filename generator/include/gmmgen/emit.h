@@ -34,6 +34,10 @@ EmittedKernel emit_kernel(const KernelSpec& spec);
 std::vector<EmittedFile> emit_set(const std::vector<KernelSpec>& specs,
                                   const std::string& bundle = "");
 
+// The disk-cache wrapper of a kernel (entry.cpp): the kernel's source plus gmmgen_cache_key()
+// returning `key`, which the runtime checks after loading.
+EmittedFile emit_cache_entry(const std::string& kernel_name, const std::string& key);
+
 // Writes files under dir (created if missing), each through a temporary file and a rename.
 void write_files(const std::filesystem::path& dir, const std::vector<EmittedFile>& files);
 

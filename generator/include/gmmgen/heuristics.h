@@ -10,12 +10,15 @@ namespace gmmgen {
 
 // Largest tm/tk/tn accepted; anything larger is rejected as absurd.
 inline constexpr int64_t kMaxTile = 8192;
-// Per-thread scratch a C++ kernel may hold (accumulator tile + packed rhs tile).
+// Per-thread scratch a C++ kernel may hold (accumulator tile + operand tiles converted to f32).
 inline constexpr int64_t kMaxScratchBytes = int64_t{8} << 20;
 
-// Default tiling when a spec names none. C++ target: tm=64 rows share each packed rhs tile,
+// Default tiling when a spec names none. C++ target, gmm: tm=64 rows share each packed rhs tile,
 // tn=64 f32 accumulators per row stay within a few vector registers per row, tk=256 keeps the
 // packed rhs tile (tk x tn x 4 B = 64 KiB) within L2 next to the accumulators (16 KiB).
+// tgmm: tm=64 rows per chunk, tk=128, tn=64: the accumulator [tk][tn] is 32 KiB, the converted
+// chunk 32 KiB of lhs and 16 KiB of rhs; the rhs chunk stays in L1 while each accumulator row
+// (tn floats, a few vector registers) sweeps it.
 // Each value is clipped to the problem (tk <= K, tn <= N) so small problems get small tiles.
 Tiling default_tiling(const KernelSpec& s);
 

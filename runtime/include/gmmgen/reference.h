@@ -30,4 +30,29 @@ struct ReferenceResult {
 
 ReferenceResult reference_gmm(const GmmProblem& p);
 
+// tgmm in logical layout: storage layouts (lhs [K, M], out [G_local, N, K]) are the caller's
+// business; here lhs is [m, k], rhs [m, n] and out [G_local, k, n].
+struct TgmmProblem {
+  int64_t m = 0, k = 0, n = 0;
+  int32_t num_groups = 0;        // G
+  int32_t num_local_groups = 0;  // G_local
+  int32_t group_offset = 0;
+  OutMode out_mode = OutMode::kPlain;  // plain or accumulate
+  std::vector<int32_t> group_sizes;    // [G]
+  std::vector<double> lhs;             // [m, k]
+  std::vector<double> rhs;             // [m, n]
+  std::vector<double> existing_out;    // [G_local, k, n] for accumulate
+};
+
+struct TgmmReferenceResult {
+  std::vector<double> out;         // [G_local, k, n] exact (unrounded) result
+  std::vector<double> abs_dot;     // [G_local, k, n] sum over rows |lhs[r,k] * rhs[r,n]|
+  std::vector<int64_t> rows;       // [G_local] rows of each local group (summation length)
+  std::vector<int64_t> row_begin;  // [G_local] first row of each local group
+};
+
+// out[j] = lhs[rows of g]^T @ rhs[rows of g], g = group_offset + j (+ existing_out[j] when
+// accumulating). Only the rows of active groups are read.
+TgmmReferenceResult reference_tgmm(const TgmmProblem& p);
+
 }  // namespace gmmgen
