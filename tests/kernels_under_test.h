@@ -1,5 +1,5 @@
-// The kernels the tests exercise: the checked-in default set (generated/) and the test set
-// emitted at build time from tests/specs/test_kernels.json, both linked into the test binary.
+// The kernels the tests exercise: the checked-in default set (generated/), and the edge-case
+// set and the dtype matrix emitted at build time from tests/specs/, all linked into the tests.
 #pragma once
 
 #include <ostream>
@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "default_kernels.h"
+#include "dtype_matrix.h"
 #include "gmmgen/kernel_abi.h"
 #include "gmmgen/spec.h"
 #include "test_kernels.h"
@@ -27,6 +28,7 @@ inline std::vector<KernelUnderTest> all_kernels() {
   };
   add(default_kernels_kernels, default_kernels_kernel_count);
   add(test_kernels_kernels, test_kernels_kernel_count);
+  add(dtype_matrix_kernels, dtype_matrix_kernel_count);
   return out;
 }
 

@@ -25,7 +25,7 @@ fs::path fresh_dir(const std::string& name) {
 }
 
 TEST(Cli, EveryCommandHasHelpWithAnExample) {
-  for (const char* cmd : {"emit", "describe", "list", "verify"}) {
+  for (const char* cmd : {"emit", "describe", "list", "verify", "cache"}) {
     const ProcessResult r = cli({cmd, "--help"});
     EXPECT_EQ(0, r.status) << cmd;
     EXPECT_NE(r.output.find("Example"), std::string::npos) << cmd << ":\n" << r.output;

@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "gmmgen/disk_cache.h"
 #include "gmmgen/emit.h"
 #include "gmmgen/heuristics.h"
 #include "gmmgen/templates.h"
@@ -102,6 +103,28 @@ int run_describe(const SpecOptions& opts, bool json) {
   return 0;
 }
 
+int run_cache(const std::string& action) {
+  if (action == "path") {
+    std::cout << DiskCache::default_root().string() << "\n";
+    return 0;
+  }
+  DiskCache cache(DiskCache::default_root());
+  if (action == "clear") {
+    std::cout << "removed " << cache.clear() << " entries from " << cache.root().string() << "\n";
+    return 0;
+  }
+  uintmax_t total = 0;
+  for (const auto& e : cache.list()) {
+    total += e.bytes;
+    const std::string name =
+        e.entry.is_object() ? e.entry.value("name", "?") : "(unreadable entry)";
+    std::cout << e.key << "  " << e.bytes << " B  " << name << "\n";
+  }
+  std::cout << cache.list().size() << " entries, " << total << " bytes in " << cache.root().string()
+            << "\n";
+  return 0;
+}
+
 int run_list(const std::string& dir) {
   std::ifstream in(dir + "/manifest.json");
   if (!in) throw std::runtime_error(dir + "/manifest.json cannot be read");
@@ -150,6 +173,16 @@ int main(int argc, char** argv) {
   list->add_option("dir", list_dir, "Folder written by 'gmm-gen emit'")->required();
   list->footer("Example:\n  gmm-gen list generated/");
 
+  std::string cache_action;
+  auto* cache =
+      app.add_subcommand("cache", "Show, list or clear the disk cache of compiled kernels");
+  cache->add_option("action", cache_action, "path | ls | clear")
+      ->required()
+      ->check(CLI::IsMember({"path", "ls", "clear"}));
+  cache->footer(
+      "The cache lives in $GMMGEN_CACHE_DIR, else $XDG_CACHE_HOME/gmm-gen, else ~/.cache/gmm-gen.\n"
+      "Example:\n  gmm-gen cache ls");
+
   uint64_t seed = 1;
   bool quick = false;
   auto* verify = app.add_subcommand(
@@ -169,6 +202,7 @@ int main(int argc, char** argv) {
     if (*emit) return run_emit(emit_opts, out_dir, bundle);
     if (*describe) return run_describe(describe_opts, json);
     if (*list) return run_list(list_dir);
+    if (*cache) return run_cache(cache_action);
     if (*verify) return run_verify(verify_opts.specs(), seed, quick);
   } catch (const CLI::ParseError& e) {
     return app.exit(e);

@@ -17,13 +17,20 @@ using KernelFns = gmmgen_kernel_entry;
 // the last copy of the handle goes away.
 class KernelLibrary {
  public:
-  // Throws std::runtime_error naming the file and the missing symbol or dlopen's message.
+  // Loads the object (throws std::runtime_error with dlopen's message).
+  static KernelLibrary open(const std::filesystem::path& so);
+  // Resolves the entry points of kernel `name`; throws naming a missing symbol.
+  void bind(const std::string& name);
+  // open + bind.
   static KernelLibrary open(const std::filesystem::path& so, const std::string& name);
   const KernelFns& fns() const { return fns_; }
   const gmmgen_kernel_info& info() const { return *fns_.info(); }
+  // Address of another symbol of the object, or nullptr.
+  void* find(const std::string& symbol) const;
 
  private:
   std::shared_ptr<void> handle_;
+  std::filesystem::path path_;
   KernelFns fns_;
 };
 

@@ -1,0 +1,159 @@
+// gmmgen::Runtime: turns a call into a spec, finds or builds its kernel, runs it on a pool.
+//
+// Kernel lookup order: kernels registered from bundles compiled into the program (AOT registry),
+// then the in-memory table, then the disk cache, then a fresh compile (unless JIT is disabled).
+// Every method is thread-safe.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "gmmgen/kernel_abi.h"
+#include "gmmgen/spec.h"
+
+namespace gmmgen {
+
+// Bad arguments to a runtime call; the message names the argument and the rule.
+class InvalidArgument : public std::invalid_argument {
+ public:
+  using std::invalid_argument::invalid_argument;
+};
+
+// A kernel would have to be compiled but GMMGEN_DISABLE_JIT=1 (or RuntimeOptions::jit=false).
+class JitDisabledError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// A view of a row-major tensor: `ld` elements between consecutive rows (0: packed). For a
+// 3-D tensor [b, rows, cols], matrices follow each other with stride rows * ld.
+struct TensorView {
+  void* data = nullptr;
+  DType dtype = DType::kF32;
+  int ndim = 0;
+  std::array<int64_t, 3> shape{};
+  int64_t ld = 0;
+
+  static TensorView matrix(const void* p, DType d, int64_t rows, int64_t cols, int64_t ld = 0) {
+    return {const_cast<void*>(p), d, 2, {rows, cols, 0}, ld};
+  }
+  static TensorView batch(const void* p, DType d, int64_t b, int64_t rows, int64_t cols,
+                          int64_t ld = 0) {
+    return {const_cast<void*>(p), d, 3, {b, rows, cols}, ld};
+  }
+};
+
+struct GmmOptions {
+  bool transpose_rhs = false;       // rhs is [G_local, N, K]
+  int32_t group_offset = 0;         // first active group
+  const TensorView* existing_out = nullptr;  // keep rows outside the active groups from here
+  bool accumulate = false;          // with existing_out: active rows add existing_out
+  std::optional<Tiling> tiling;     // default: the heuristic (gmmgen/heuristics.h)
+};
+
+struct TgmmOptions {
+  int32_t group_offset = 0;                  // first active group
+  bool lhs_transposed = false;               // lhs is given as [K, M] (read in place)
+  bool transpose_out = false;                // out is [G_local, N, K]
+  const TensorView* existing_out = nullptr;  // out = existing_out + product (may alias out)
+  std::optional<Tiling> tiling;
+};
+
+// The 9-tuple tiling of the backward pass: (tm, tk, tn) for the forward, dlhs and drhs
+// products; each part optional (heuristic when absent). `forward` is what gmm() would use.
+struct VjpTiling {
+  std::optional<Tiling> forward, dlhs, drhs;
+};
+
+struct GmmVjpOptions {
+  bool transpose_rhs = false;  // as in the forward: rhs is [G_local, N, K]
+  int32_t group_offset = 0;
+  VjpTiling tiling;
+};
+
+struct RuntimeOptions {
+  std::filesystem::path cache_dir;  // empty: GMMGEN_CACHE_DIR / XDG_CACHE_HOME / ~/.cache
+  int num_threads = 0;              // 0: GMMGEN_NUM_THREADS, else the machine's cores
+  std::optional<bool> jit;          // unset: enabled unless GMMGEN_DISABLE_JIT=1
+  std::optional<bool> log;          // unset: GMMGEN_LOG=1 enables logging to stderr
+  static RuntimeOptions from_env() { return {}; }
+};
+
+struct RuntimeStats {
+  int64_t lookups = 0;          // kernel lookups (one per call)
+  int64_t registry_hits = 0;    // served by a kernel compiled into the program
+  int64_t memory_hits = 0;      // served by the in-memory table
+  int64_t disk_hits = 0;        // loaded from the disk cache
+  int64_t compiles = 0;         // compiled by this process
+  int64_t rebuilds = 0;         // corrupt or mismatching cache entries replaced
+  double compile_seconds = 0;   // wall time in compiles
+  double disk_load_seconds = 0; // wall time verifying and loading cache entries
+};
+
+class Runtime {
+ public:
+  explicit Runtime(RuntimeOptions options = {});
+  ~Runtime();
+  Runtime(const Runtime&) = delete;
+  Runtime& operator=(const Runtime&) = delete;
+
+  // out[r, :] = lhs[r, :] @ rhs[group of r] (DESIGN.md §1). lhs [M, K], rhs [G_local, K, N]
+  // (or [G_local, N, K] with transpose_rhs), group_sizes [G], out [M, N]; dtypes from the views.
+  void gmm(const TensorView& lhs, const TensorView& rhs, std::span<const int32_t> group_sizes,
+           const TensorView& out, const GmmOptions& options = {});
+
+  // The spec a gmm call with these arguments would use (validated).
+  KernelSpec gmm_spec(const TensorView& lhs, const TensorView& rhs,
+                      std::span<const int32_t> group_sizes, const TensorView& out,
+                      const GmmOptions& options = {}) const;
+
+  // out[j] = lhs[rows of g]^T @ rhs[rows of g], g = group_offset + j (DESIGN.md §1).
+  // lhs [M, K] (or [K, M] with lhs_transposed), rhs [M, N], out [G_local, K, N] (or
+  // [G_local, N, K] with transpose_out).
+  void tgmm(const TensorView& lhs, const TensorView& rhs, std::span<const int32_t> group_sizes,
+            const TensorView& out, const TgmmOptions& options = {});
+  KernelSpec tgmm_spec(const TensorView& lhs, const TensorView& rhs,
+                       std::span<const int32_t> group_sizes, const TensorView& out,
+                       const TgmmOptions& options = {}) const;
+
+  // Backward of out = gmm(lhs, rhs): dlhs = gmm(dout, rhs, transpose_rhs = !t) [M, K] and
+  // drhs = tgmm(lhs, dout) [G_local, K, N] (or [G_local, N, K] when t), with no transposed
+  // copy of any operand. dlhs rows outside the active groups are zero.
+  void gmm_vjp(const TensorView& dout, const TensorView& lhs, const TensorView& rhs,
+               std::span<const int32_t> group_sizes, const TensorView& dlhs,
+               const TensorView& drhs, const GmmVjpOptions& options = {});
+
+  // The kernel of a spec, found or built (throws CompileError, CacheError, JitDisabledError).
+  const gmmgen_kernel_entry& kernel(const KernelSpec& spec);
+
+  // Makes every spec ready ahead of time so that a serving path never compiles.
+  void warmup(const std::vector<KernelSpec>& specs);
+
+  // Adds kernels compiled into the program (a bundle's table); they win over cached ones.
+  void register_kernels(const gmmgen_kernel_entry* table, int32_t count);
+
+  // Runs an already-found kernel on prepared arguments: plan, then the items on the pool.
+  void run(const gmmgen_kernel_entry& kernel, const gmmgen_args& args);
+
+  RuntimeStats stats() const;
+  int num_threads() const;
+  const std::filesystem::path& cache_dir() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The cache key of a spec under the current compiler settings: hash of the spec hash (canonical
+// spec, generator version, templates), the compiler's identity (its version, not its path), the
+// flags, and the target ISA (for isa=native, the host CPU's model and feature flags).
+std::string cache_key(const KernelSpec& spec);
+
+}  // namespace gmmgen

@@ -1,0 +1,46 @@
+// A fixed pool of worker threads running independent work items (a kernel's grid steps).
+#pragma once
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace gmmgen {
+
+class ThreadPool {
+ public:
+  // threads >= 1; the calling thread counts as one, so threads - 1 workers are started.
+  explicit ThreadPool(int threads);
+  ~ThreadPool();
+  ThreadPool(const ThreadPool&) = delete;
+  ThreadPool& operator=(const ThreadPool&) = delete;
+
+  int size() const { return int(workers_.size()) + 1; }
+
+  // Runs fn(begin, end) over [0, count) in chunks, on the workers and the calling thread, and
+  // returns when all chunks are done. If another job holds the pool, the caller runs every chunk
+  // itself. The split never changes results: items are independent by contract.
+  void parallel_for(int64_t count, const std::function<void(int64_t, int64_t)>& fn);
+
+ private:
+  void worker_loop();
+  void run_chunks();
+
+  std::vector<std::thread> workers_;
+  std::mutex job_mutex_;  // held by the one caller whose job the workers serve
+
+  std::mutex mutex_;
+  std::condition_variable wake_, done_;
+  uint64_t generation_ = 0;
+  bool stop_ = false;
+  const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
+  int64_t count_ = 0, chunk_ = 1;
+  std::atomic<int64_t> next_{0};
+  int active_ = 0;  // workers still inside the current job
+};
+
+}  // namespace gmmgen
