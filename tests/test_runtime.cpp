@@ -426,6 +426,58 @@ TEST_F(RuntimeTest, CApi) {
   gmmgen_runtime_destroy(rt);
 }
 
+// The C API's tgmm and VJP give the same bits as the C++ API, and reject bad input.
+TEST_F(RuntimeTest, CApiTgmmAndVjpMatchTheCppApi) {
+  Problem p(40, 24, 20, 4);
+  std::vector<float> dout(p.m * p.n);
+  std::mt19937_64 rng(4);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (auto& v : dout) v = u(rng);
+  std::vector<float> dlhs_c(p.m * p.k), drhs_c(p.g * p.n * p.k), tg_c(p.g * p.k * p.n);
+  std::vector<float> dlhs_cpp = dlhs_c, drhs_cpp = drhs_c, tg_cpp = tg_c;
+
+  Runtime rt(options());
+  GmmVjpOptions vo;
+  vo.transpose_rhs = true;  // rhs read as [G, N, K]
+  rt.gmm_vjp(TensorView::matrix(dout.data(), DType::kF32, p.m, p.n), p.lhs_view(),
+             TensorView::batch(p.rhs.data(), DType::kF32, p.g, p.n, p.k), p.sizes,
+             TensorView::matrix(dlhs_cpp.data(), DType::kF32, p.m, p.k),
+             TensorView::batch(drhs_cpp.data(), DType::kF32, p.g, p.n, p.k), vo);
+  rt.tgmm(p.lhs_view(), TensorView::matrix(dout.data(), DType::kF32, p.m, p.n), p.sizes,
+          TensorView::batch(tg_cpp.data(), DType::kF32, p.g, p.k, p.n));
+
+  gmmgen_runtime* c = nullptr;
+  char err[512];
+  ASSERT_EQ(GMMGEN_OK, gmmgen_runtime_create(&c, err, sizeof err)) << err;
+  gmmgen_tensor t_dout{dout.data(), GMMGEN_DTYPE_F32, 2, {p.m, p.n, 0}, 0};
+  gmmgen_tensor t_lhs{p.lhs.data(), GMMGEN_DTYPE_F32, 2, {p.m, p.k, 0}, 0};
+  gmmgen_tensor t_rhs{p.rhs.data(), GMMGEN_DTYPE_F32, 3, {p.g, p.n, p.k}, 0};
+  gmmgen_tensor t_dlhs{dlhs_c.data(), GMMGEN_DTYPE_F32, 2, {p.m, p.k, 0}, 0};
+  gmmgen_tensor t_drhs{drhs_c.data(), GMMGEN_DTYPE_F32, 3, {p.g, p.n, p.k}, 0};
+  gmmgen_tensor t_tg{tg_c.data(), GMMGEN_DTYPE_F32, 3, {p.g, p.k, p.n}, 0};
+  gmmgen_vjp_options co{};
+  co.transpose_rhs = 1;
+  ASSERT_EQ(GMMGEN_OK, gmmgen_runtime_gmm_vjp(c, &t_dout, &t_lhs, &t_rhs, p.sizes.data(),
+                                              int32_t(p.g), &t_dlhs, &t_drhs, &co, err, sizeof err))
+      << err;
+  ASSERT_EQ(GMMGEN_OK, gmmgen_runtime_tgmm(c, &t_lhs, &t_dout, p.sizes.data(), int32_t(p.g), &t_tg,
+                                           nullptr, err, sizeof err))
+      << err;
+  EXPECT_EQ(0, std::memcmp(dlhs_c.data(), dlhs_cpp.data(), dlhs_c.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(drhs_c.data(), drhs_cpp.data(), drhs_c.size() * sizeof(float)));
+  EXPECT_EQ(0, std::memcmp(tg_c.data(), tg_cpp.data(), tg_c.size() * sizeof(float)));
+
+  gmmgen_tensor wrong{tg_c.data(), GMMGEN_DTYPE_F32, 3, {p.g, p.k + 1, p.n}, 0};
+  const std::vector<float> before = tg_c;
+  EXPECT_EQ(GMMGEN_ERR_INVALID_ARGUMENT,
+            gmmgen_runtime_tgmm(c, &t_lhs, &t_dout, p.sizes.data(), int32_t(p.g), &wrong, nullptr,
+                                err, sizeof err));
+  EXPECT_NE(std::string(err).find("out [4, 25, 20] must be [G_local, 24, 20]"), std::string::npos)
+      << err;
+  EXPECT_EQ(before, tg_c);
+  gmmgen_runtime_destroy(c);
+}
+
 TEST_F(RuntimeTest, CacheCommandListsAndClears) {
   build_entry(dir_, parse_text(kProbeSpec));
   const std::string env = "GMMGEN_CACHE_DIR=" + dir_.string();
