@@ -4,14 +4,14 @@
 #define GMMGEN_BUNDLE_default_kernels_H_
 
 #include "gmmgen/kernel_abi.h"
-#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_9e0d8d85.h"
-#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_5983371b.h"
-#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_cee7b07f.h"
-#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_61f9b79d.h"
-#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_ebf1a16d.h"
-#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_48e0b9af.h"
-#include "tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_d4c93b55.h"
-#include "tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_c7e701e4.h"
+#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_8a961e0a.h"
+#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_9c436e71.h"
+#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_fa9d6c6a.h"
+#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_5521acb6.h"
+#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_343251bd.h"
+#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_0eb2c910.h"
+#include "tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_9ea919d5.h"
+#include "tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_df0a2ded.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -104,8 +104,9 @@ TEST(Spec, ValidationNamesParameterAndRule) {
       {"k=8,n=8,g=4,op=tgmm,target=pallas", "not supported yet: target=pallas"},
       {"k=8,n=8,g=4,op=tgmm,lhs=f8e4m3", "not supported yet: lhs=f8e4m3"},
       {"k=65536,n=65536,g=4,op=tgmm", "overflows the 2^31 element limit of one out operand"},
-      // gmm's scratch for this tiling is 128 KiB; tgmm's lhs chunk [tk][tm] adds 16 MiB.
-      {"k=2048,n=8,g=4,op=tgmm,tm=2048,tk=2048,tn=8", "needs 16908288 bytes of scratch"},
+      // gmm's scratch for this tiling is 512 KiB (tn=8 packs to 32 columns); tgmm's lhs chunk
+      // [tk][tm] adds 16 MiB.
+      {"k=2048,n=8,g=4,op=tgmm,tm=2048,tk=2048,tn=8", "needs 17301504 bytes of scratch"},
       {"k=8,n=8,g=4,target=pallas", "not supported yet: target=pallas"},
       {"k=8,n=8,g=4,lhs=i8,rhs=i8", "not supported yet: lhs=i8"},
       {"k=8,n=8,g=4,lhs_quant=tensor", "not supported yet: lhs_quant=tensor"},
@@ -162,8 +163,10 @@ TEST(Spec, TgmmHeuristics) {
   EXPECT_EQ(64, s.tiling.tm);
   EXPECT_EQ(128, s.tiling.tk);
   EXPECT_EQ(48, s.tiling.tn);  // clipped to N
-  // lhs chunk [tk][tm], rhs chunk [tm][tn], accumulator [tk][tn], all f32.
-  EXPECT_EQ((128 * 64 + 64 * 48 + 128 * 48) * 4, scratch_bytes(s));
+  // lhs chunk [tk][tm], rhs chunk [tm][tn'], accumulator [tk][tn'], all f32, where tn' is tn
+  // padded to the micro-kernel's column granularity (48 -> 64).
+  EXPECT_EQ(64, packed_cols(48));
+  EXPECT_EQ((128 * 64 + 64 * 64 + 128 * 64) * 4, scratch_bytes(s));
   const Cost c = cost_estimate(s);
   EXPECT_EQ(2 * 1000 * 48, c.flops.per_m);
   EXPECT_EQ(0, c.flops.fixed);
@@ -178,7 +181,7 @@ TEST(Spec, TgmmHeuristics) {
   fwd.op = Op::kGmm;
   EXPECT_EQ(1000 * 2 + 48 * 4, cost_estimate(fwd).bytes.per_m);
   EXPECT_EQ(2 * 1000 * 48 * 2, cost_estimate(fwd).bytes.fixed);
-  EXPECT_EQ((64 * 48 + 128 * 48) * 4, scratch_bytes(fwd));
+  EXPECT_EQ((64 * 64 + 128 * 64) * 4, scratch_bytes(fwd));
 }
 
 }  // namespace

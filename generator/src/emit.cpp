@@ -109,6 +109,8 @@ mu::data kernel_context(const KernelSpec& s, const std::string& name, const std:
   ctx.set("isa_flags", join(isa.flags, " "));
   ctx.set("dtypes", partial("cpp/dtypes.inc.mustache"));
   ctx.set("metadata", partial("cpp/metadata.inc.mustache"));
+  ctx.set("microkernel", partial("cpp/microkernel.inc.mustache"));
+  ctx.set("pack_cols", std::to_string(kPackCols));
   return ctx;
 }
 

@@ -24,7 +24,7 @@ Tiling default_tiling(const KernelSpec& s) {
 }
 
 int64_t scratch_bytes(const KernelSpec& s) {
-  const int64_t tm = s.tiling.tm, tk = s.tiling.tk, tn = s.tiling.tn;
+  const int64_t tm = s.tiling.tm, tk = s.tiling.tk, tn = packed_cols(s.tiling.tn);
   if (s.op == Op::kTgmm) {
     // lhs chunk [tk][tm] and rhs chunk [tm][tn] converted to f32, accumulator [tk][tn].
     return (tk * tm + tm * tn + tk * tn) * 4;

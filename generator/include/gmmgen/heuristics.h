@@ -13,6 +13,12 @@ inline constexpr int64_t kMaxTile = 8192;
 // Per-thread scratch a C++ kernel may hold (accumulator tile + operand tiles converted to f32).
 inline constexpr int64_t kMaxScratchBytes = int64_t{8} << 20;
 
+// Column granularity of the packed f32 tiles in C++ kernels: a tile's tn columns are padded
+// with zeros to a multiple of this, so the register-blocked micro-kernel
+// (templates/cpp/microkernel.inc.mustache) always works on whole column blocks.
+inline constexpr int64_t kPackCols = 32;
+inline constexpr int64_t packed_cols(int64_t tn) { return (tn + kPackCols - 1) / kPackCols * kPackCols; }
+
 // Default tiling when a spec names none. C++ target, gmm: tm=64 rows share each packed rhs tile,
 // tn=64 f32 accumulators per row stay within a few vector registers per row, tk=256 keeps the
 // packed rhs tile (tk x tn x 4 B = 64 KiB) within L2 next to the accumulators (16 KiB).
