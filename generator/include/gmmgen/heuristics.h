@@ -17,7 +17,9 @@ inline constexpr int64_t kMaxScratchBytes = int64_t{8} << 20;
 // with zeros to a multiple of this, so the register-blocked micro-kernel
 // (templates/cpp/microkernel.inc.mustache) always works on whole column blocks.
 inline constexpr int64_t kPackCols = 32;
-inline constexpr int64_t packed_cols(int64_t tn) { return (tn + kPackCols - 1) / kPackCols * kPackCols; }
+inline constexpr int64_t packed_cols(int64_t tn) {
+  return (tn + kPackCols - 1) / kPackCols * kPackCols;
+}
 
 // Default tiling when a spec names none. C++ target, gmm: tm=64 rows share each packed rhs tile,
 // tn=64 f32 accumulators per row stay within a few vector registers per row, tk=256 keeps the
