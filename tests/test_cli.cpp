@@ -91,8 +91,6 @@ TEST(Cli, VerifyPassesForEveryIsa) {
 }
 
 TEST(Cli, VerifyReportsCompilerErrors) {
-  const fs::path bad = fresh_dir("badcxx");
-  const std::string cmd = std::string("GMMGEN_CXX=/nonexistent/c++ ") + GMMGEN_CLI;
   ProcessResult r = run_process(
       {"env", "GMMGEN_CXX=/nonexistent/c++", GMMGEN_CLI, "verify", "--spec", "k=8,n=8,g=2"});
   EXPECT_NE(0, r.status);

@@ -72,12 +72,6 @@ const std::string& host_cpu_signature() {
   return sig;
 }
 
-std::string join(const std::vector<std::string>& v) {
-  std::string out;
-  for (const auto& s : v) out += (out.empty() ? "" : " ") + s;
-  return out;
-}
-
 struct SpecHasher {
   size_t operator()(const KernelSpec& s) const {
     uint64_t h = 1469598103934665603ull;
@@ -106,18 +100,16 @@ std::string cache_key(const KernelSpec& spec) {
   const CompilerConfig cc = default_compiler(spec.isa);
   const std::string isa = spec.isa == Isa::kNative ? "native:" + host_cpu_signature()
                                                    : std::string(to_string(spec.isa));
-  return hash128_hex({spec_hash(spec), compiler_identity(cc.cxx), join(cc.flags), isa});
+  return hash128_hex({spec_hash(spec), compiler_identity(cc.cxx), format_command(cc.flags), isa});
 }
 
 struct Runtime::Impl {
-  explicit Impl(RuntimeOptions o)
-      : options(std::move(o)),
-        jit(options.jit.value_or(!env_flag("GMMGEN_DISABLE_JIT"))),
-        log(options.log.value_or(env_flag("GMMGEN_LOG"))),
-        pool(options.num_threads > 0 ? options.num_threads : env_threads()),
-        cache_dir(options.cache_dir.empty() ? DiskCache::default_root() : options.cache_dir) {}
+  explicit Impl(const RuntimeOptions& o)
+      : jit(o.jit.value_or(!env_flag("GMMGEN_DISABLE_JIT"))),
+        log(o.log.value_or(env_flag("GMMGEN_LOG"))),
+        pool(o.num_threads > 0 ? o.num_threads : env_threads()),
+        cache_dir(o.cache_dir.empty() ? DiskCache::default_root() : o.cache_dir) {}
 
-  RuntimeOptions options;
   bool jit, log;
   ThreadPool pool;
   fs::path cache_dir;
@@ -147,7 +139,7 @@ struct Runtime::Impl {
     files.push_back(emit_cache_entry(k.name, key));
     write_files(dir, files);
     const CompilerConfig cc = default_compiler(spec.isa);
-    say("compile %s: %s ... %s", k.name.c_str(), cc.cxx.c_str(), join(cc.flags).c_str());
+    say("compile %s: %s ... %s", k.name.c_str(), cc.cxx.c_str(), format_command(cc.flags).c_str());
     const auto t0 = std::chrono::steady_clock::now();
     compile_shared_object(cc, dir / "entry.cpp", dir, dir / "kernel.so");
     compile_ns +=
@@ -237,7 +229,7 @@ struct Runtime::Impl {
   }
 };
 
-Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>(std::move(options))) {}
+Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>(options)) {}
 Runtime::~Runtime() = default;
 
 const gmmgen_kernel_entry& Runtime::kernel(const KernelSpec& spec) {
@@ -354,24 +346,23 @@ gmmgen_args make_args(const TensorView& lhs, const TensorView& rhs, std::span<co
 KernelSpec Runtime::gmm_spec(const TensorView& lhs, const TensorView& rhs,
                              std::span<const int32_t> group_sizes, const TensorView& out,
                              const GmmOptions& o) const {
-  const auto& shape = shape_of;
-  if (lhs.ndim != 2) throw InvalidArgument("lhs must be 2-D [M, K], got " + shape(lhs));
+  if (lhs.ndim != 2) throw InvalidArgument("lhs must be 2-D [M, K], got " + shape_of(lhs));
   if (rhs.ndim != 3)
     throw InvalidArgument(
         "rhs must be 3-D [G_local, K, N] (or [G_local, N, K] with transpose_rhs), got " +
-        shape(rhs));
-  if (out.ndim != 2) throw InvalidArgument("out must be 2-D [M, N], got " + shape(out));
+        shape_of(rhs));
+  if (out.ndim != 2) throw InvalidArgument("out must be 2-D [M, N], got " + shape_of(out));
   check_groups(group_sizes);
   const int64_t m = lhs.shape[0], k = lhs.shape[1];
   const int64_t rhs_k = o.transpose_rhs ? rhs.shape[2] : rhs.shape[1];
   const int64_t n = o.transpose_rhs ? rhs.shape[1] : rhs.shape[2];
   if (rhs_k != k)
-    throw InvalidArgument("rhs " + shape(rhs) + " does not match lhs " + shape(lhs) +
+    throw InvalidArgument("rhs " + shape_of(rhs) + " does not match lhs " + shape_of(lhs) +
                           ": K=" + std::to_string(k) +
                           (o.transpose_rhs ? " must be rhs.shape[2]" : " must be rhs.shape[1]"));
   if (out.shape[0] != m || out.shape[1] != n)
-    throw InvalidArgument("out " + shape(out) + " must be [M, N] = [" + std::to_string(m) + ", " +
-                          std::to_string(n) + "]");
+    throw InvalidArgument("out " + shape_of(out) + " must be [M, N] = [" + std::to_string(m) +
+                          ", " + std::to_string(n) + "]");
   if (o.accumulate && !o.existing_out) throw InvalidArgument("accumulate needs existing_out");
   check_existing(out, o.existing_out);
   KernelSpec s;

@@ -51,11 +51,11 @@ struct TensorView {
 };
 
 struct GmmOptions {
-  bool transpose_rhs = false;       // rhs is [G_local, N, K]
-  int32_t group_offset = 0;         // first active group
+  bool transpose_rhs = false;                // rhs is [G_local, N, K]
+  int32_t group_offset = 0;                  // first active group
   const TensorView* existing_out = nullptr;  // keep rows outside the active groups from here
-  bool accumulate = false;          // with existing_out: active rows add existing_out
-  std::optional<Tiling> tiling;     // default: the heuristic (gmmgen/heuristics.h)
+  bool accumulate = false;                   // with existing_out: active rows add existing_out
+  std::optional<Tiling> tiling;              // default: the heuristic (gmmgen/heuristics.h)
 };
 
 struct TgmmOptions {
@@ -83,18 +83,17 @@ struct RuntimeOptions {
   int num_threads = 0;              // 0: GMMGEN_NUM_THREADS, else the machine's cores
   std::optional<bool> jit;          // unset: enabled unless GMMGEN_DISABLE_JIT=1
   std::optional<bool> log;          // unset: GMMGEN_LOG=1 enables logging to stderr
-  static RuntimeOptions from_env() { return {}; }
 };
 
 struct RuntimeStats {
-  int64_t lookups = 0;          // kernel lookups (one per call)
-  int64_t registry_hits = 0;    // served by a kernel compiled into the program
-  int64_t memory_hits = 0;      // served by the in-memory table
-  int64_t disk_hits = 0;        // loaded from the disk cache
-  int64_t compiles = 0;         // compiled by this process
-  int64_t rebuilds = 0;         // corrupt or mismatching cache entries replaced
-  double compile_seconds = 0;   // wall time in compiles
-  double disk_load_seconds = 0; // wall time verifying and loading cache entries
+  int64_t lookups = 0;           // kernel lookups (one per call)
+  int64_t registry_hits = 0;     // served by a kernel compiled into the program
+  int64_t memory_hits = 0;       // served by the in-memory table
+  int64_t disk_hits = 0;         // loaded from the disk cache
+  int64_t compiles = 0;          // compiled by this process
+  int64_t rebuilds = 0;          // corrupt or mismatching cache entries replaced
+  double compile_seconds = 0;    // wall time in compiles
+  double disk_load_seconds = 0;  // wall time verifying and loading cache entries
 };
 
 class Runtime {
@@ -127,8 +126,8 @@ class Runtime {
   // drhs = tgmm(lhs, dout) [G_local, K, N] (or [G_local, N, K] when t), with no transposed
   // copy of any operand. dlhs rows outside the active groups are zero.
   void gmm_vjp(const TensorView& dout, const TensorView& lhs, const TensorView& rhs,
-               std::span<const int32_t> group_sizes, const TensorView& dlhs,
-               const TensorView& drhs, const GmmVjpOptions& options = {});
+               std::span<const int32_t> group_sizes, const TensorView& dlhs, const TensorView& drhs,
+               const GmmVjpOptions& options = {});
 
   // The kernel of a spec, found or built (throws CompileError, CacheError, JitDisabledError).
   const gmmgen_kernel_entry& kernel(const KernelSpec& spec);
