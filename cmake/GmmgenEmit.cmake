@@ -2,7 +2,8 @@
 #                    [OUTPUT_DIR <dir>] [COMPILE_OPTIONS <flags>...])
 #
 # Runs `gmm-gen emit --bundle` at build time for a JSON spec file and compiles the kernels into
-# <target>. The bundle header <name>.h (on the target's include path) declares every kernel and
+# <target>. The bundle header <name>.h (<OUTPUT_DIR>/cpp, on the target's include path) declares
+# every kernel and
 # the table <name>_kernels[<name>_kernel_count] of their entry points. The bundle compiles with
 # the target's flags plus COMPILE_OPTIONS (e.g. -march=native); kernels whose spec names an isa
 # (avx2, avx512) stop the build with #error if those flags do not enable it.
@@ -22,16 +23,17 @@ function(gmmgen_add_kernels target)
     set(tool gmm-gen)
   endif()
   set(out "${ARG_OUTPUT_DIR}")
+  set(src "${out}/cpp")
   add_custom_command(
-    OUTPUT "${out}/${ARG_BUNDLE}.cpp" "${out}/${ARG_BUNDLE}.h" "${out}/manifest.json"
+    OUTPUT "${src}/${ARG_BUNDLE}.cpp" "${src}/${ARG_BUNDLE}.h" "${out}/manifest.json"
     COMMAND ${tool} emit --spec-file "${spec_file}" --out "${out}" --bundle ${ARG_BUNDLE}
     DEPENDS "${spec_file}" ${tool}
     COMMENT "gmm-gen: emitting kernel bundle ${ARG_BUNDLE} from ${ARG_SPEC_FILE}"
     VERBATIM)
-  target_sources(${target} PRIVATE "${out}/${ARG_BUNDLE}.cpp")
-  target_include_directories(${target} PUBLIC "$<BUILD_INTERFACE:${out}>")
+  target_sources(${target} PRIVATE "${src}/${ARG_BUNDLE}.cpp")
+  target_include_directories(${target} PUBLIC "$<BUILD_INTERFACE:${src}>")
   if(ARG_COMPILE_OPTIONS)
-    set_source_files_properties("${out}/${ARG_BUNDLE}.cpp" PROPERTIES COMPILE_OPTIONS "${ARG_COMPILE_OPTIONS}")
+    set_source_files_properties("${src}/${ARG_BUNDLE}.cpp" PROPERTIES COMPILE_OPTIONS "${ARG_COMPILE_OPTIONS}")
   endif()
   set_property(DIRECTORY APPEND PROPERTY CMAKE_CONFIGURE_DEPENDS "${spec_file}")
 endfunction()

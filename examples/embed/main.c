@@ -6,7 +6,7 @@
 #include <stdlib.h>
 
 #include "embed_kernels.h"
-#include "gmmgen/runtime.h"
+#include "gmmgen/runtime_c.h"
 
 enum { M = 50, K = 64, N = 48, G = 4 };
 

@@ -1,7 +1,8 @@
-// Shared pieces of the gmm-gen subcommands.
+// The gmm-gen subcommands: each file adds one to the app and returns how to run it.
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -9,7 +10,8 @@
 
 namespace gmmgen::cli {
 
-// Spec selection shared by emit, describe and verify: --spec TEXT, --spec-file FILE, or flags.
+// Spec selection shared by emit, describe and verify: --spec TEXT, --spec-file FILE, or one
+// flag per spec key (from the field table), which together form one more spec.
 struct SpecOptions {
   std::vector<std::string> texts;
   std::vector<std::string> files;
@@ -19,6 +21,16 @@ struct SpecOptions {
   std::vector<KernelSpec> specs() const;
 };
 
-int run_verify(const std::vector<KernelSpec>& specs, uint64_t seed, bool quick);
+// A subcommand: its parsed app and what runs it (returns the exit status).
+struct Command {
+  CLI::App* app;
+  std::function<int()> run;
+};
+
+Command add_emit(CLI::App& app);
+Command add_describe(CLI::App& app);
+Command add_list(CLI::App& app);
+Command add_verify(CLI::App& app);
+Command add_cache(CLI::App& app);
 
 }  // namespace gmmgen::cli

@@ -1,13 +1,18 @@
-// KernelSpec: every parameter of a generated kernel (DESIGN.md §2), its canonical text and
-// JSON forms, validation, hash and name.
+// KernelSpec: every parameter of a generated kernel (DESIGN.md §2), its canonical text and JSON
+// forms, validation, and the two tables every other module derives from: the spec fields
+// (spec_fields()) and the dtypes (dtype_info()).
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <nlohmann/json_fwd.hpp>
-#include <optional>
+#include <span>
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
+
+#include "gmmgen/kernel_abi.h"
 
 namespace gmmgen {
 
@@ -18,11 +23,17 @@ class SpecError : public std::invalid_argument {
 };
 
 enum class Op { kGmm, kTgmm };
-enum class DType { kF32, kBF16, kF16, kF8E4M3, kF8E5M2, kI8, kI4, kNF4 };
+// The element types of the kernel ABI (GMMGEN_DTYPES in gmmgen/kernel_abi.h), same codes.
+#define GMMGEN_DTYPE_CPP_ENUM_(name, code) k##name = code,
+enum class DType : int32_t { GMMGEN_DTYPES(GMMGEN_DTYPE_CPP_ENUM_) };
+#undef GMMGEN_DTYPE_CPP_ENUM_
+inline constexpr int kNumDTypes = GMMGEN_DTYPE_COUNT_;
 enum class QuantKind { kNone, kTensor, kChannel, kBlock };
 enum class OutMode { kPlain, kExistingOut, kAccumulate };
-enum class Target { kCpp, kPallas };
-enum class Isa { kNative, kAvx512, kAvx2, kGeneric };
+enum class TargetKind { kCpp, kPallas };
+// ISA families of the C++ target (generator/src/heuristics/cpu_x86.cpp describes each);
+// native is the best family of the machine that compiles the kernel.
+enum class Isa { kNative, kAvx512Bf16, kAvx512, kAvx2, kGeneric };
 // tgmm only: the lhs operand is stored [M, K] (mk) or already transposed [K, M] (km).
 enum class LhsLayout { kMK, kKM };
 
@@ -55,25 +66,110 @@ struct KernelSpec {
   bool transpose_rhs = false;
   LhsLayout lhs_layout = LhsLayout::kMK;
   OutMode out_mode = OutMode::kPlain;
-  Target target = Target::kCpp;
+  TargetKind target = TargetKind::kCpp;
   Isa isa = Isa::kNative;
 
   bool operator==(const KernelSpec&) const = default;
 };
 
+// ---- The field table: one row per spec key, in canonical order. -----------------------------
+
+// What a field says about a call: the problem (what is computed, on which layouts), the tiling
+// (how it is blocked; never changes which elements are written), or the implementation (which
+// target and ISA family build it).
+enum class FieldRole { kProblem, kTiling, kImplementation };
+
+struct FieldCodec;  // how one C++ type is parsed, printed, hashed and named (fields.cpp)
+
+struct SpecField {
+  std::string_view key;          // text and JSON key, e.g. "lhs_quant"
+  std::string_view flag;         // CLI option, e.g. "--lhs-quant" ("-k,--k" for short forms)
+  std::string_view values;       // accepted values ("" for enums: derived from their names)
+  std::string_view default_doc;  // "bf16", "required", "g", "heuristic", ...
+  std::string_view doc;          // one line: what the field means
+  FieldRole role;
+  // Kernel name: the field's token is `name_sep` + `name_prefix` + value token, where a
+  // name_sep of "_" starts a new part of the name and any other separator continues the part
+  // of the field before it; optional tokens are left out while the field has its default.
+  std::string_view name_sep;
+  std::string_view name_prefix;
+  bool name_optional;
+  const FieldCodec* codec;
+  void* (*member)(KernelSpec&);  // where the value lives in a KernelSpec
+  // Value of a key the text or JSON form leaves out: nullptr means the KernelSpec{} default;
+  // otherwise computed from the other fields (called after every given key is set).
+  void (*derive)(KernelSpec&);
+  bool required;  // a spec without this key is an error
+};
+
+// Every field, in canonical order.
+std::span<const SpecField> spec_fields();
+const SpecField& spec_field(std::string_view key);  // throws SpecError for unknown keys
+
+// Text form of one field's value (as in the canonical text), and parsing of one value.
+std::string field_text(const SpecField& f, const KernelSpec& s);
+void set_field(const SpecField& f, KernelSpec& s, std::string_view value);
+bool field_is_default(const SpecField& f, const KernelSpec& s);
+// The values a field accepts, for --help and the README.
+std::string field_values(const SpecField& f);
+
+// The README's spec table (markdown), derived from the field table.
+std::string spec_fields_markdown();
+
+// Equality and hashing over the fields of some roles: the registry of compiled-in kernels is
+// keyed by the problem alone, the in-memory kernel table by every field.
+bool same_fields(const KernelSpec& a, const KernelSpec& b, std::initializer_list<FieldRole> roles);
+uint64_t fields_hash(const KernelSpec& s, std::initializer_list<FieldRole> roles);
+struct SpecKeyHash {
+  size_t operator()(const KernelSpec& s) const;
+};
+struct ProblemHash {
+  size_t operator()(const KernelSpec& s) const;
+};
+struct SameProblem {
+  bool operator()(const KernelSpec& a, const KernelSpec& b) const;
+};
+
+// ---- The dtype table: one row per element type. ---------------------------------------------
+
+enum class DTypeKind { kFloat, kInteger, kCodebook };
+enum DTypeUse : unsigned { kUseLhs = 1, kUseRhs = 2, kUseOut = 4 };
+
+struct DTypeInfo {
+  DType id;
+  std::string_view name;  // as in specs: "bf16"
+  int bits;               // bits per element (4 for two-per-byte types)
+  DTypeKind kind;
+  unsigned uses;            // DTypeUse bits: which operands may have this type
+  std::string_view c_type;  // C++ storage type of the C++ target ("" when not supported)
+  std::string_view traits;  // traits struct of its template partial (cpp/dtypes/<name>)
+  std::string_view jnp;     // jnp dtype of the Pallas target ("" when not supported)
+  // Host format of float types (the float64 reference rounds to it): significand bits with
+  // the implicit one, exponent of the smallest normal, largest finite value; 0 otherwise.
+  int precision;
+  int emin;
+  double max_finite;
+};
+
+const DTypeInfo& dtype_info(DType d);
+std::span<const DTypeInfo> dtype_table();
+
 // Names of enum values exactly as they appear in the text/JSON forms.
 std::string_view to_string(Op v);
 std::string_view to_string(DType v);
 std::string_view to_string(OutMode v);
-std::string_view to_string(Target v);
+std::string_view to_string(TargetKind v);
 std::string_view to_string(Isa v);
 std::string_view to_string(LhsLayout v);
 std::string to_string(const Quant& q);
 DType parse_dtype(std::string_view s, std::string_view param);
+Isa parse_isa(std::string_view s, std::string_view param);
 
-// Bytes per element; sub-byte types report 0 and use bits_of().
+// Bits per element (4 for the two-per-byte types).
 int bits_of(DType d);
 bool is_integer(DType d);
+
+// ---- Forms ------------------------------------------------------------------------------------
 
 // Canonical text form: `op=gmm,lhs=bf16,...` with every key in a fixed order.
 std::string to_text(const KernelSpec& s);
@@ -85,24 +181,11 @@ nlohmann::ordered_json to_json(const KernelSpec& s);
 KernelSpec from_json(const nlohmann::ordered_json& j);
 
 // Throws SpecError (parameter + rule) if the spec is invalid, or "not supported yet: ..." if it
-// is valid but its feature has not landed in this generator version.
+// is valid but its target cannot build it in this generator version.
 void validate(const KernelSpec& s);
 
-// 128-bit XXH3 of (canonical text, generator version, template and ABI header contents), as 32
-// lowercase hex digits. Names the kernel in files, symbols and cache entries.
-std::string spec_hash(const KernelSpec& s);
-
-// Readable, parseable, unique name, e.g.
-//   gmm_bf16xbf16_f32_k2048_n1408_g64_t128x128x128_1f3a9c2e
-// Optional parts appear only when they differ from the default:
-//   l<G_local>  (after g), _tr, _km, _eo|_acc, _ql-<q>, _qr-<q>, _<isa>, _pallas.
-std::string kernel_name(const KernelSpec& s);
-
-// Recovers the spec (and the 8-digit hash suffix) from a kernel name.
-struct ParsedName {
-  KernelSpec spec;
-  std::string hash8;
-};
-ParsedName parse_kernel_name(std::string_view name);
+// Reads a JSON spec file: an array of specs, or {"kernels": [...]}; each spec is a JSON object
+// or a spec text string. Throws SpecError naming the file and the entry.
+std::vector<KernelSpec> load_spec_file(const std::filesystem::path& path);
 
 }  // namespace gmmgen

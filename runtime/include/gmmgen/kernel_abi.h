@@ -57,6 +57,21 @@ extern "C" {
 #define GMMGEN_ERR_WORKSPACE 3        /* workspace missing or smaller than _workspace_bytes */
 #define GMMGEN_ERR_OUT_OF_MEMORY 4    /* the convenience entry could not allocate */
 
+/* Element types: X(NAME, code). The codes are the dtype values of the C API
+ * (GMMGEN_DTYPE_<NAME>); the generator's dtype table (generator/src/spec/dtypes.cpp) describes
+ * each one. */
+#define GMMGEN_DTYPES(X) \
+  X(F32, 0)              \
+  X(BF16, 1)             \
+  X(F16, 2)              \
+  X(F8E4M3, 3)           \
+  X(F8E5M2, 4)           \
+  X(I8, 5)               \
+  X(I4, 6)               \
+  X(NF4, 7)
+#define GMMGEN_DTYPE_ENUM_(name, code) GMMGEN_DTYPE_##name = code,
+enum { GMMGEN_DTYPES(GMMGEN_DTYPE_ENUM_) GMMGEN_DTYPE_COUNT_ };
+
 /* Operation codes in gmmgen_kernel_info.op. */
 #define GMMGEN_OP_GMM 0
 #define GMMGEN_OP_TGMM 1
@@ -104,21 +119,41 @@ typedef struct gmmgen_args {
   int64_t existing_out_ld;    /* elements between consecutive existing_out rows (0: packed) */
 } gmmgen_args;
 
+/* The entry points of every kernel, in one list: X(ARG, return type, field, symbol suffix,
+ * parameters). The symbol of an entry point is <name><suffix> (the one-shot entry has no
+ * suffix). ARG is passed through to X unchanged (used to carry the kernel name). Everything
+ * that lists entry points -- gmmgen_kernel_entry, GMMGEN_DECLARE_KERNEL, GMMGEN_KERNEL_ENTRY,
+ * the runtime's loader and the generator's manifest -- expands this list. */
+#define GMMGEN_ENTRY_POINTS(X, ARG)                                                         \
+  X(ARG, const gmmgen_kernel_info*, info, _info, (void))                                    \
+  X(ARG, int64_t, workspace_bytes, _workspace_bytes, (int64_t m))                           \
+  X(ARG, int, plan, _plan,                                                                  \
+    (const gmmgen_args* args, void* workspace, int64_t workspace_bytes, int64_t* num_items, \
+     char* err, size_t err_len))                                                            \
+  X(ARG, int, run_items, _run_items,                                                        \
+    (const gmmgen_args* args, const void* workspace, int64_t begin, int64_t end))           \
+  X(ARG, int, run, , (const gmmgen_args* args, char* err, size_t err_len))                  \
+  X(ARG, int, make_group_metadata, _make_group_metadata,                                    \
+    (const int32_t* group_sizes, int32_t num_groups, int64_t m, int32_t start_group,        \
+     int32_t num_nonzero_groups, int visit_empty_groups, int32_t* group_offsets,            \
+     int32_t* group_ids, int32_t* m_tile_ids, int64_t* num_tiles))
+
 /* The entry points of one kernel, as listed by a bundle (gmm-gen emit --bundle NAME emits
  * NAME.cpp, which compiles every kernel of a spec set and defines
  *   extern const gmmgen_kernel_entry NAME_kernels[];  extern const int32_t NAME_kernel_count;). */
+#define GMMGEN_ENTRY_FIELD_(arg, ret, field, suffix, params) ret(*field) params;
 typedef struct gmmgen_kernel_entry {
-  const gmmgen_kernel_info* (*info)(void);
-  int64_t (*workspace_bytes)(int64_t m);
-  int (*plan)(const gmmgen_args* args, void* workspace, int64_t workspace_bytes, int64_t* num_items,
-              char* err, size_t err_len);
-  int (*run_items)(const gmmgen_args* args, const void* workspace, int64_t begin, int64_t end);
-  int (*run)(const gmmgen_args* args, char* err, size_t err_len);
-  int (*make_group_metadata)(const int32_t* group_sizes, int32_t num_groups, int64_t m,
-                             int32_t start_group, int32_t num_nonzero_groups,
-                             int visit_empty_groups, int32_t* group_offsets, int32_t* group_ids,
-                             int32_t* m_tile_ids, int64_t* num_tiles);
+  GMMGEN_ENTRY_POINTS(GMMGEN_ENTRY_FIELD_, ~)
 } gmmgen_kernel_entry;
+
+/* Declares the entry points of kernel NAME (what <NAME>.h holds). */
+#define GMMGEN_DECLARE_ENTRY_(name, ret, field, suffix, params) ret name##suffix params;
+#define GMMGEN_DECLARE_KERNEL(name) GMMGEN_ENTRY_POINTS(GMMGEN_DECLARE_ENTRY_, name)
+
+/* The gmmgen_kernel_entry initializer of kernel NAME (a bundle's table row). */
+#define GMMGEN_ENTRY_ADDRESS_(name, ret, field, suffix, params) &name##suffix,
+#define GMMGEN_KERNEL_ENTRY(name) \
+  { GMMGEN_ENTRY_POINTS(GMMGEN_ENTRY_ADDRESS_, name) }
 
 #ifdef __cplusplus
 } /* extern "C" */

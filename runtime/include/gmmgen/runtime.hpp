@@ -1,7 +1,9 @@
 // gmmgen::Runtime: turns a call into a spec, finds or builds its kernel, runs it on a pool.
 //
-// Kernel lookup order: kernels registered from bundles compiled into the program (AOT registry),
-// then the in-memory table, then the disk cache, then a fresh compile (unless JIT is disabled).
+// A call's tiling: the caller's override, else a tuning table entry for the problem, else the
+// heuristic (gmmgen/heuristics.h). Its kernel: one compiled into the program for the problem
+// (registry keyed by problem; any tiling serves unless the caller overrides it), then the
+// in-memory table, then the disk cache, then a fresh compile (unless JIT is disabled).
 // Every method is thread-safe.
 #pragma once
 
@@ -15,22 +17,11 @@
 #include <string>
 #include <vector>
 
+#include "gmmgen/errors.hpp"
 #include "gmmgen/kernel_abi.h"
 #include "gmmgen/spec.h"
 
 namespace gmmgen {
-
-// Bad arguments to a runtime call; the message names the argument and the rule.
-class InvalidArgument : public std::invalid_argument {
- public:
-  using std::invalid_argument::invalid_argument;
-};
-
-// A kernel would have to be compiled but GMMGEN_DISABLE_JIT=1 (or RuntimeOptions::jit=false).
-class JitDisabledError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
 
 // A view of a row-major tensor: `ld` elements between consecutive rows (0: packed). For a
 // 3-D tensor [b, rows, cols], matrices follow each other with stride rows * ld.
@@ -129,13 +120,16 @@ class Runtime {
                std::span<const int32_t> group_sizes, const TensorView& dlhs, const TensorView& drhs,
                const GmmVjpOptions& options = {});
 
-  // The kernel of a spec, found or built (throws CompileError, CacheError, JitDisabledError).
+  // The kernel of exactly this spec: compiled in, in memory, on disk, or built (throws
+  // CompileError, CacheError, JitDisabledError).
   const gmmgen_kernel_entry& kernel(const KernelSpec& spec);
 
   // Makes every spec ready ahead of time so that a serving path never compiles.
   void warmup(const std::vector<KernelSpec>& specs);
 
-  // Adds kernels compiled into the program (a bundle's table); they win over cached ones.
+  // Adds kernels compiled into the program (a bundle's table); they win over cached ones and
+  // serve every call of their problem that names no tiling. Kernels of an ISA family this CPU
+  // cannot run are skipped.
   void register_kernels(const gmmgen_kernel_entry* table, int32_t count);
 
   // Runs an already-found kernel on prepared arguments: plan, then the items on the pool.

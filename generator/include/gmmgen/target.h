@@ -1,0 +1,56 @@
+// A target: what gmm-gen emits for a spec (C++ for CPUs, later a Pallas module). The only place
+// that knows a target's files, its render context, its limits and its toolchain flags is its
+// implementation in src/targets/; the emitter and the runtime ask through this interface.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gmmgen/spec.h"
+
+namespace gmmgen {
+
+class Renderer;
+
+struct EmittedFile {
+  std::string path;  // relative to the output folder (emit_set) or the target's folder (Target)
+  std::string content;
+};
+
+struct KernelId {
+  std::string name;  // kernel_name(spec)
+  std::string hash;  // spec_hash(spec)
+};
+
+class Target {
+ public:
+  virtual ~Target() = default;
+  virtual TargetKind kind() const = 0;
+  // The target's name, also the folder of its files in an emitted set.
+  std::string_view name() const { return to_string(kind()); }
+
+  // Throws SpecError if this target cannot build a spec that is otherwise valid: its limits
+  // (e.g. scratch), or "not supported yet: ..." for a feature it does not have.
+  virtual void check(const KernelSpec& s) const = 0;
+  // The kernel's files, paths relative to the target's folder, rendered through r.
+  virtual std::vector<EmittedFile> render(const KernelSpec& s, const KernelId& id,
+                                          Renderer& r) const = 0;
+  // Target-specific fields of the kernel's manifest entry (files, symbols, footprint).
+  virtual nlohmann::ordered_json manifest_fields(const KernelSpec& s, const KernelId& id) const = 0;
+  // Files every emitted set of this target carries (C++: gmmgen/kernel_abi.h).
+  virtual std::vector<EmittedFile> support_files() const = 0;
+  // The files of a bundle of kernels (C++: one translation unit and a table of entry points),
+  // and its manifest entry; throws SpecError if the target has no bundles.
+  virtual std::vector<EmittedFile> bundle(const std::string& name,
+                                          std::span<const KernelSpec> specs,
+                                          std::span<const KernelId> ids,
+                                          nlohmann::ordered_json& manifest) const = 0;
+  // Flags that compile the kernel's sources (C++: the ISA family's); empty otherwise.
+  virtual std::vector<std::string> toolchain_flags(const KernelSpec& s) const = 0;
+};
+
+const Target& target_of(TargetKind kind);
+
+}  // namespace gmmgen

@@ -1,0 +1,183 @@
+#include "codecs.h"
+
+#include <array>
+#include <charconv>
+#include <vector>
+
+namespace gmmgen {
+
+template <>
+std::span<const EnumName<Op>> enum_names<Op>() {
+  static constexpr std::array<EnumName<Op>, 2> k{
+      {{Op::kGmm, "gmm", "gmm"}, {Op::kTgmm, "tgmm", "tgmm"}}};
+  return k;
+}
+template <>
+std::span<const EnumName<DType>> enum_names<DType>() {
+  static const std::vector<EnumName<DType>> k = [] {
+    std::vector<EnumName<DType>> v;
+    for (const auto& d : dtype_table()) v.push_back({d.id, d.name, d.name});
+    return v;
+  }();
+  return k;
+}
+template <>
+std::span<const EnumName<OutMode>> enum_names<OutMode>() {
+  static constexpr std::array<EnumName<OutMode>, 3> k{
+      {{OutMode::kPlain, "plain", ""},
+       {OutMode::kExistingOut, "existing_out", "eo"},
+       {OutMode::kAccumulate, "accumulate", "acc"}}};
+  return k;
+}
+template <>
+std::span<const EnumName<TargetKind>> enum_names<TargetKind>() {
+  static constexpr std::array<EnumName<TargetKind>, 2> k{
+      {{TargetKind::kCpp, "cpp", ""}, {TargetKind::kPallas, "pallas", "pallas"}}};
+  return k;
+}
+template <>
+std::span<const EnumName<Isa>> enum_names<Isa>() {
+  static constexpr std::array<EnumName<Isa>, 5> k{{{Isa::kNative, "native", ""},
+                                                   {Isa::kAvx512Bf16, "avx512bf16", "avx512bf16"},
+                                                   {Isa::kAvx512, "avx512", "avx512"},
+                                                   {Isa::kAvx2, "avx2", "avx2"},
+                                                   {Isa::kGeneric, "generic", "generic"}}};
+  return k;
+}
+template <>
+std::span<const EnumName<LhsLayout>> enum_names<LhsLayout>() {
+  static constexpr std::array<EnumName<LhsLayout>, 2> k{
+      {{LhsLayout::kMK, "mk", ""}, {LhsLayout::kKM, "km", "km"}}};
+  return k;
+}
+
+namespace codec_detail {
+template <>
+std::string values<DType>(std::string_view key) {
+  const unsigned use = key == "lhs" ? kUseLhs : key == "rhs" ? kUseRhs : kUseOut;
+  std::string out;
+  for (const auto& d : dtype_table())
+    if (d.uses & use) out += (out.empty() ? "" : ", ") + std::string(d.name);
+  return out;
+}
+}  // namespace codec_detail
+
+int64_t parse_int(std::string_view s, std::string_view param) {
+  int64_t v = 0;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
+  if (ec != std::errc() || ptr != s.data() + s.size() || s.empty())
+    throw SpecError(std::string(param) + "=" + std::string(s) + " is not an integer");
+  return v;
+}
+
+Quant parse_quant(std::string_view s, std::string_view param) {
+  Quant q;
+  if (s == "none") return q;
+  if (s == "tensor") {
+    q.kind = QuantKind::kTensor;
+    return q;
+  }
+  if (s == "channel") {
+    q.kind = QuantKind::kChannel;
+    return q;
+  }
+  constexpr std::string_view kBlock = "block:";
+  if (s.substr(0, kBlock.size()) == kBlock) {
+    q.kind = QuantKind::kBlock;
+    std::string_view rest = s.substr(kBlock.size());
+    size_t x = rest.find('x');
+    q.block_k = parse_int(rest.substr(0, x), param);
+    if (x != std::string_view::npos) q.block_n = parse_int(rest.substr(x + 1), param);
+    return q;
+  }
+  throw SpecError(std::string(param) + "=" + std::string(s) +
+                  " is not one of: none, tensor, channel, block:B, block:BxB");
+}
+
+namespace {
+
+template <typename T>
+const T& as(const void* v) {
+  return *static_cast<const T*>(v);
+}
+template <typename T>
+T& as(void* v) {
+  return *static_cast<T*>(v);
+}
+
+bool is_decimal(std::string_view t) {
+  if (t.empty()) return false;
+  for (char c : t)
+    if (c < '0' || c > '9') return false;
+  return t.size() == 1 || t[0] != '0';
+}
+
+}  // namespace
+
+const FieldCodec int_codec{
+    [](const void* v) { return std::to_string(as<int64_t>(v)); },
+    [](void* v, std::string_view s, std::string_view key) { as<int64_t>(v) = parse_int(s, key); },
+    [](const void* v) { return uint64_t(as<int64_t>(v)); },
+    [](const void* a, const void* b) { return as<int64_t>(a) == as<int64_t>(b); },
+    [](const void* v) { return nlohmann::ordered_json(as<int64_t>(v)); },
+    [](const void* v) { return std::to_string(as<int64_t>(v)); },
+    [](void* v, std::string_view t) {
+      if (!is_decimal(t)) return false;
+      as<int64_t>(v) = parse_int(t, "kernel name");
+      return true;
+    },
+    [](std::string_view) { return std::string(); }};
+
+const FieldCodec bool_codec{
+    [](const void* v) { return std::string(as<bool>(v) ? "1" : "0"); },
+    [](void* v, std::string_view s, std::string_view key) {
+      if (s == "1" || s == "true")
+        as<bool>(v) = true;
+      else if (s == "0" || s == "false")
+        as<bool>(v) = false;
+      else
+        throw SpecError(std::string(key) + "=" + std::string(s) +
+                        " is not a boolean (0/1/true/false)");
+    },
+    [](const void* v) { return uint64_t(as<bool>(v)); },
+    [](const void* a, const void* b) { return as<bool>(a) == as<bool>(b); },
+    [](const void* v) { return nlohmann::ordered_json(as<bool>(v)); },
+    // Names carry a bool only while it is true: its prefix alone is the token.
+    [](const void*) { return std::string(); },
+    [](void* v, std::string_view t) {
+      if (!t.empty()) return false;
+      as<bool>(v) = true;
+      return true;
+    },
+    [](std::string_view) { return std::string(); }};
+
+const FieldCodec quant_codec{
+    [](const void* v) { return to_string(as<Quant>(v)); },
+    [](void* v, std::string_view s, std::string_view key) { as<Quant>(v) = parse_quant(s, key); },
+    [](const void* v) {
+      const Quant& q = as<Quant>(v);
+      return uint64_t(q.kind) | uint64_t(q.block_k) << 4 | uint64_t(q.block_n) << 34;
+    },
+    [](const void* a, const void* b) { return as<Quant>(a) == as<Quant>(b); },
+    [](const void* v) { return nlohmann::ordered_json(to_string(as<Quant>(v))); },
+    // ':' cannot appear in a name: block:128x128 is named block-128x128.
+    [](const void* v) {
+      std::string t = to_string(as<Quant>(v));
+      for (char& c : t)
+        if (c == ':') c = '-';
+      return t;
+    },
+    [](void* v, std::string_view t) {
+      std::string s(t);
+      for (char& c : s)
+        if (c == '-') c = ':';
+      try {
+        as<Quant>(v) = parse_quant(s, "kernel name");
+      } catch (const SpecError&) {
+        return false;
+      }
+      return true;
+    },
+    [](std::string_view) { return std::string(); }};
+
+}  // namespace gmmgen

@@ -1,0 +1,244 @@
+// The spec field table: the one place that lists the keys of a spec. Parsing, the canonical
+// text and JSON forms, hashing, kernel names (naming.cpp), the CLI's flags and the README's spec
+// table all walk it.
+#include <algorithm>
+#include <array>
+#include <charconv>
+#include <nlohmann/json.hpp>
+
+#include "codecs.h"
+#include "gmmgen/heuristics.h"
+
+namespace gmmgen {
+namespace {
+
+template <auto Member>
+void* member_of(KernelSpec& s) {
+  return &(s.*Member);
+}
+void* tm_of(KernelSpec& s) {
+  return &s.tiling.tm;
+}
+void* tk_of(KernelSpec& s) {
+  return &s.tiling.tk;
+}
+void* tn_of(KernelSpec& s) {
+  return &s.tiling.tn;
+}
+
+void derive_g_local(KernelSpec& s) {
+  s.g_local = s.g;
+}
+void derive_tm(KernelSpec& s) {
+  s.tiling.tm = default_tiling(s).tm;
+}
+void derive_tk(KernelSpec& s) {
+  s.tiling.tk = default_tiling(s).tk;
+}
+void derive_tn(KernelSpec& s) {
+  s.tiling.tn = default_tiling(s).tn;
+}
+
+using R = FieldRole;
+
+// key, flag, values ("" for an enum: its codec lists them), default, doc, role, name sep, name
+// prefix, optional in names, codec, member, derive, required.
+const std::array<SpecField, 18> kFields{{
+    {"op", "--op", "", "gmm", "the operation: forward/input gradient or weight gradient",
+     R::kProblem, "", "", false, &enum_codec<Op>, member_of<&KernelSpec::op>, nullptr, false},
+    {"lhs", "--lhs", "", "bf16", "lhs element type", R::kProblem, "_", "", false,
+     &enum_codec<DType>, member_of<&KernelSpec::lhs>, nullptr, false},
+    {"rhs", "--rhs", "", "bf16", "rhs element type (nf4: rhs only)", R::kProblem, "x", "", false,
+     &enum_codec<DType>, member_of<&KernelSpec::rhs>, nullptr, false},
+    {"out", "--out-dtype", "", "f32", "output element type", R::kProblem, "_", "", false,
+     &enum_codec<DType>, member_of<&KernelSpec::out>, nullptr, false},
+    {"lhs_quant", "--lhs-quant", "none, tensor, channel, block:B", "none",
+     "scales of lhs (DESIGN §7)", R::kProblem, "_", "ql-", true, &quant_codec,
+     member_of<&KernelSpec::lhs_quant>, nullptr, false},
+    {"rhs_quant", "--rhs-quant", "none, tensor, channel, block:B, block:BxB", "none",
+     "scales of rhs (DESIGN §7)", R::kProblem, "_", "qr-", true, &quant_codec,
+     member_of<&KernelSpec::rhs_quant>, nullptr, false},
+    {"k", "-k,--k", ">= 1", "required", "contraction size K", R::kProblem, "_", "k", false,
+     &int_codec, member_of<&KernelSpec::k>, nullptr, true},
+    {"n", "-n,--n", ">= 1", "required", "output size N", R::kProblem, "_", "n", false, &int_codec,
+     member_of<&KernelSpec::n>, nullptr, true},
+    {"g", "-g,--g", ">= 1", "required", "groups (experts) G: entries of group_sizes", R::kProblem,
+     "_", "g", false, &int_codec, member_of<&KernelSpec::g>, nullptr, true},
+    {"g_local", "--g-local", "1..g", "g", "groups held by this shard (expert parallelism)",
+     R::kProblem, "l", "", true, &int_codec, member_of<&KernelSpec::g_local>, derive_g_local,
+     false},
+    {"tm", "--tm", "1..8192", "heuristic", "rows per tile", R::kTiling, "_", "t", false, &int_codec,
+     tm_of, derive_tm, false},
+    {"tk", "--tk", "1..8192", "heuristic", "contraction depth per tile", R::kTiling, "x", "", false,
+     &int_codec, tk_of, derive_tk, false},
+    {"tn", "--tn", "1..8192", "heuristic", "columns per tile", R::kTiling, "x", "", false,
+     &int_codec, tn_of, derive_tn, false},
+    {"transpose_rhs", "--transpose-rhs", "0, 1", "0",
+     "gmm: rhs stored [G_local, N, K]; tgmm: out stored [G_local, N, K]", R::kProblem, "_", "tr",
+     true, &bool_codec, member_of<&KernelSpec::transpose_rhs>, nullptr, false},
+    {"lhs_layout", "--lhs-layout", "", "mk", "tgmm: lhs stored [M, K] or [K, M]", R::kProblem, "_",
+     "", true, &enum_codec<LhsLayout>, member_of<&KernelSpec::lhs_layout>, nullptr, false},
+    {"out_mode", "--out-mode", "", "plain",
+     "rows outside the active groups: zero, kept, or kept with active rows accumulated",
+     R::kProblem, "_", "", true, &enum_codec<OutMode>, member_of<&KernelSpec::out_mode>, nullptr,
+     false},
+    {"target", "--target", "", "cpp", "what to emit: C++ for CPUs, or a Pallas module",
+     R::kImplementation, "_", "", true, &enum_codec<TargetKind>, member_of<&KernelSpec::target>,
+     nullptr, false},
+    {"isa", "--isa", "", "native",
+     "C++ ISA family (native: the best of the machine that compiles it)", R::kImplementation, "_",
+     "", true, &enum_codec<Isa>, member_of<&KernelSpec::isa>, nullptr, false},
+}};
+
+bool has_role(const SpecField& f, std::initializer_list<FieldRole> roles) {
+  return std::find(roles.begin(), roles.end(), f.role) != roles.end();
+}
+
+const void* cmember(const SpecField& f, const KernelSpec& s) {
+  return f.member(const_cast<KernelSpec&>(s));
+}
+
+constexpr std::initializer_list<FieldRole> kAllRoles{FieldRole::kProblem, FieldRole::kTiling,
+                                                     FieldRole::kImplementation};
+
+// Shared by the text and JSON parsers: applies (key, value) pairs, then fills the keys left out.
+KernelSpec build_spec(const std::vector<std::pair<std::string, std::string>>& pairs) {
+  KernelSpec s;
+  std::vector<bool> seen(kFields.size(), false);
+  for (const auto& [key, value] : pairs) {
+    const SpecField& f = spec_field(key);
+    const size_t i = size_t(&f - kFields.data());
+    if (seen[i]) throw SpecError("spec key '" + key + "' is given twice");
+    seen[i] = true;
+    set_field(f, s, value);
+  }
+  for (size_t i = 0; i < kFields.size(); ++i) {
+    if (seen[i]) continue;
+    if (kFields[i].required)
+      throw SpecError("spec key '" + std::string(kFields[i].key) + "' is required");
+    if (kFields[i].derive) kFields[i].derive(s);
+  }
+  return s;
+}
+
+}  // namespace
+
+std::span<const SpecField> spec_fields() {
+  return kFields;
+}
+
+const SpecField& spec_field(std::string_view key) {
+  for (const auto& f : kFields)
+    if (f.key == key) return f;
+  std::string keys;
+  for (const auto& f : kFields) keys += (keys.empty() ? "" : ", ") + std::string(f.key);
+  throw SpecError("unknown spec key '" + std::string(key) + "' (known keys: " + keys + ")");
+}
+
+std::string field_text(const SpecField& f, const KernelSpec& s) {
+  return f.codec->text(cmember(f, s));
+}
+
+void set_field(const SpecField& f, KernelSpec& s, std::string_view value) {
+  f.codec->parse(f.member(s), value, f.key);
+}
+
+bool field_is_default(const SpecField& f, const KernelSpec& s) {
+  KernelSpec d;
+  if (f.derive) {  // a derived default depends on the other fields
+    d = s;
+    f.derive(d);
+  }
+  return f.codec->equal(cmember(f, s), cmember(f, d));
+}
+
+std::string field_values(const SpecField& f) {
+  return f.values.empty() ? f.codec->values(f.key) : std::string(f.values);
+}
+
+std::string spec_fields_markdown() {
+  std::string out =
+      "| key | CLI flag | values | default | meaning |\n| --- | --- | --- | --- | --- |\n";
+  for (const auto& f : kFields)
+    out += "| `" + std::string(f.key) + "` | `" + std::string(f.flag) + "` | " + field_values(f) +
+           " | " + std::string(f.default_doc) + " | " + std::string(f.doc) + " |\n";
+  return out;
+}
+
+bool same_fields(const KernelSpec& a, const KernelSpec& b, std::initializer_list<FieldRole> roles) {
+  for (const auto& f : kFields)
+    if (has_role(f, roles) && !f.codec->equal(cmember(f, a), cmember(f, b))) return false;
+  return true;
+}
+
+uint64_t fields_hash(const KernelSpec& s, std::initializer_list<FieldRole> roles) {
+  uint64_t h = 1469598103934665603ull;  // FNV-1a over the fields' lossless codes
+  for (const auto& f : kFields)
+    if (has_role(f, roles)) h = (h ^ f.codec->code(cmember(f, s))) * 1099511628211ull;
+  return h;
+}
+
+size_t SpecKeyHash::operator()(const KernelSpec& s) const {
+  return size_t(fields_hash(s, kAllRoles));
+}
+size_t ProblemHash::operator()(const KernelSpec& s) const {
+  return size_t(fields_hash(s, {FieldRole::kProblem}));
+}
+bool SameProblem::operator()(const KernelSpec& a, const KernelSpec& b) const {
+  return same_fields(a, b, {FieldRole::kProblem});
+}
+
+std::string to_text(const KernelSpec& s) {
+  std::string out;
+  for (const auto& f : kFields) {
+    if (!out.empty()) out += ',';
+    out += f.key;
+    out += '=';
+    out += field_text(f, s);
+  }
+  return out;
+}
+
+KernelSpec parse_text(std::string_view text) {
+  std::vector<std::pair<std::string, std::string>> pairs;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t end = text.find(',', pos);
+    if (end == std::string_view::npos) end = text.size();
+    std::string_view item = text.substr(pos, end - pos);
+    while (!item.empty() && item.front() == ' ') item.remove_prefix(1);
+    while (!item.empty() && item.back() == ' ') item.remove_suffix(1);
+    if (!item.empty()) {
+      size_t eq = item.find('=');
+      if (eq == std::string_view::npos || eq == 0)
+        throw SpecError("spec item '" + std::string(item) + "' is not of the form key=value");
+      pairs.emplace_back(std::string(item.substr(0, eq)), std::string(item.substr(eq + 1)));
+    }
+    pos = end + 1;
+  }
+  return build_spec(pairs);
+}
+
+nlohmann::ordered_json to_json(const KernelSpec& s) {
+  nlohmann::ordered_json j = nlohmann::ordered_json::object();
+  for (const auto& f : kFields) j[std::string(f.key)] = f.codec->json(cmember(f, s));
+  return j;
+}
+
+KernelSpec from_json(const nlohmann::ordered_json& j) {
+  if (!j.is_object()) throw SpecError("a JSON spec must be an object, got " + j.dump());
+  std::vector<std::pair<std::string, std::string>> pairs;
+  for (const auto& [key, value] : j.items()) {
+    if (value.is_string())
+      pairs.emplace_back(key, value.get<std::string>());
+    else if (value.is_boolean())
+      pairs.emplace_back(key, value.get<bool>() ? "1" : "0");
+    else if (value.is_number_integer())
+      pairs.emplace_back(key, std::to_string(value.get<int64_t>()));
+    else
+      throw SpecError("spec key '" + key + "' has a value of the wrong type: " + value.dump());
+  }
+  return build_spec(pairs);
+}
+
+}  // namespace gmmgen

@@ -1,0 +1,219 @@
+// The C++ target: a kernel is <name>.h (its entry points) and <name>.cpp (self-contained C++17
+// from cpp/gmm.cpp or cpp/tgmm.cpp, its dtype partials and the micro-kernel of its ISA family);
+// a set carries gmmgen/kernel_abi.h and optionally a bundle (one translation unit + a table).
+#include <algorithm>
+#include <array>
+#include <cctype>
+
+#include "gmmgen/heuristics.h"
+#include "gmmgen/target.h"
+#include "gmmgen/templates.h"
+#include "render.h"
+
+namespace gmmgen {
+namespace {
+
+constexpr std::string_view kAbiHeader = "gmmgen/kernel_abi.h";
+
+// The entry points of a kernel, from the ABI's one list: field name and symbol suffix.
+struct EntrySymbol {
+  const char* field;
+  const char* suffix;
+};
+#define GMMGEN_ENTRY_SYMBOL_(arg, ret, field, suffix, params) {#field, #suffix},
+constexpr EntrySymbol kEntrySymbols[] = {GMMGEN_ENTRY_POINTS(GMMGEN_ENTRY_SYMBOL_, ~)};
+#undef GMMGEN_ENTRY_SYMBOL_
+
+// The template of each op and how its header comment describes each output mode (by OutMode).
+struct OpTemplate {
+  Op op;
+  std::string_view path;
+  std::array<std::string_view, 3> out_mode_doc;
+};
+constexpr std::array<OpTemplate, 2> kOpTemplates{{
+    {Op::kGmm,
+     "cpp/gmm.cpp",
+     {"written as zero", "left as existing_out has them",
+      "left as existing_out has them; active rows add existing_out"}},
+    {Op::kTgmm,
+     "cpp/tgmm.cpp",
+     {"out_mode=plain: out is overwritten; an empty group gives zeros.",
+      "out_mode=existing_out is not a tgmm mode (validate() rejects it).",
+      "out_mode=accumulate: out = existing_out + product, rounded once; existing_out may be out."}},
+}};
+
+const OpTemplate& op_template(Op op) {
+  for (const auto& t : kOpTemplates)
+    if (t.op == op) return t;
+  throw std::logic_error("op " + std::string(to_string(op)) + " has no C++ template");
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : sep) + s;
+  return out;
+}
+
+// The dtype partials a kernel needs, once each, after the shared helpers.
+std::string render_dtypes(const KernelSpec& s, Renderer& r, const mu::data& ctx) {
+  std::string text = r.render("cpp/dtypes/common.inc", ctx);
+  for (const auto& d : dtype_table())
+    if (s.lhs == d.id || s.rhs == d.id || s.out == d.id)
+      text += r.render("cpp/dtypes/" + std::string(d.name) + ".inc", ctx);
+  return text;
+}
+
+mu::data family_context(mu::data ctx, const IsaFamily& f) {
+  ctx.set("mr", std::to_string(f.mr));
+  ctx.set("nr", std::to_string(f.nr));
+  return ctx;
+}
+
+// The micro-kernel: the family's file; for native, every family's behind the guards that pick
+// the best one the compiler's flags enable.
+std::string render_ukernel(const KernelSpec& s, Renderer& r, const mu::data& ctx) {
+  if (s.isa != Isa::kNative) {
+    const IsaFamily& f = isa_family(s.isa);
+    return r.render(f.ukernel, family_context(ctx, f));
+  }
+  std::string text = "// isa=native: the best family the compiler's flags enable.\n";
+  const auto families = isa_families();
+  for (size_t i = 0; i < families.size(); ++i) {
+    const IsaFamily& f = families[i];
+    text += (i == 0                    ? "#if "
+             : i + 1 < families.size() ? "#elif "
+                                       : "#else  // ") +
+            std::string(i + 1 < families.size() ? f.guard : f.name) + "\n";
+    text += r.render(f.ukernel, family_context(ctx, f));
+  }
+  return text + "#endif\n";
+}
+
+class CppTarget final : public Target {
+ public:
+  TargetKind kind() const override { return TargetKind::kCpp; }
+
+  void check(const KernelSpec& s) const override {
+    auto not_yet = [](const std::string& what) { throw SpecError("not supported yet: " + what); };
+    for (auto [p, d] : {std::pair{"lhs", s.lhs}, std::pair{"rhs", s.rhs}, std::pair{"out", s.out}})
+      if (dtype_info(d).c_type.empty()) not_yet(std::string(p) + "=" + std::string(to_string(d)));
+    if (s.lhs_quant.kind != QuantKind::kNone) not_yet("lhs_quant=" + to_string(s.lhs_quant));
+    if (s.rhs_quant.kind != QuantKind::kNone) not_yet("rhs_quant=" + to_string(s.rhs_quant));
+    const int64_t scratch = scratch_bytes(s);
+    if (scratch > kMaxScratchBytes)
+      throw SpecError(
+          "tiling tm=" + std::to_string(s.tiling.tm) + " tk=" + std::to_string(s.tiling.tk) +
+          " tn=" + std::to_string(s.tiling.tn) + " needs " + std::to_string(scratch) +
+          " bytes of scratch per thread, above the limit of " + std::to_string(kMaxScratchBytes));
+  }
+
+  std::vector<EmittedFile> render(const KernelSpec& s, const KernelId& id,
+                                  Renderer& r) const override {
+    const OpTemplate& op = op_template(s.op);
+    mu::data ctx;
+    ctx.set("name", id.name);
+    ctx.set("spec", to_text(s));
+    ctx.set("hash", id.hash);
+    ctx.set("version", std::string(generator_version()));
+    ctx.set("abi_version", std::to_string(GMMGEN_ABI_VERSION));
+    ctx.set("template", std::string(op.path) + ".mustache");
+    ctx.set("k", std::to_string(s.k));
+    ctx.set("n", std::to_string(s.n));
+    ctx.set("g", std::to_string(s.g));
+    ctx.set("g_local", std::to_string(s.g_local));
+    ctx.set("tm", std::to_string(s.tiling.tm));
+    ctx.set("tk", std::to_string(s.tiling.tk));
+    ctx.set("tn", std::to_string(s.tiling.tn));
+    ctx.set("transpose_rhs", s.transpose_rhs ? "true" : "false");
+    ctx.set("lhs_km", s.lhs_layout == LhsLayout::kKM ? "true" : "false");
+    static const char* kModeCode[] = {"GMMGEN_OUT_PLAIN", "GMMGEN_OUT_EXISTING",
+                                      "GMMGEN_OUT_ACCUMULATE"};
+    ctx.set("out_mode_code", kModeCode[int(s.out_mode)]);
+    ctx.set("out_mode_doc", std::string(op.out_mode_doc[int(s.out_mode)]));
+    ctx.set("lhs_traits", std::string(dtype_info(s.lhs).traits));
+    ctx.set("rhs_traits", std::string(dtype_info(s.rhs).traits));
+    ctx.set("out_traits", std::string(dtype_info(s.out).traits));
+    ctx.set("pack_cols", std::to_string(kPackCols));
+    ctx.set("scratch_bytes", std::to_string(scratch_bytes(s)));
+    if (s.isa != Isa::kNative) {
+      const IsaFamily& f = isa_family(s.isa);
+      if (f.guard != "1") ctx.set("isa_guard", std::string(f.guard));
+    }
+    ctx.set("isa", std::string(to_string(s.isa)));
+    ctx.set("isa_flags", join(isa_flags(s.isa), " "));
+    ctx.set("dtypes", render_dtypes(s, r, ctx));
+    ctx.set("ukernel", render_ukernel(s, r, ctx));
+    r.file(kAbiHeader);  // the source includes it: part of what the kernel is made of
+    return {{id.name + ".h", r.render("cpp/kernel.h", ctx)},
+            {id.name + ".cpp", r.render(op.path, ctx)}};
+  }
+
+  nlohmann::ordered_json manifest_fields(const KernelSpec& s, const KernelId& id) const override {
+    nlohmann::ordered_json j;
+    j["files"] = {std::string(name()) + "/" + id.name + ".h",
+                  std::string(name()) + "/" + id.name + ".cpp"};
+    j["template"] = std::string(op_template(s.op).path) + ".mustache";
+    nlohmann::ordered_json symbols = nlohmann::ordered_json::object();
+    for (const auto& e : kEntrySymbols) symbols[e.field] = id.name + e.suffix;
+    j["symbols"] = symbols;
+    j["compile_flags"] = isa_flags(s.isa);
+    j["footprint"] = {{"scratch_bytes_per_thread", scratch_bytes(s)},
+                      {"tile", {{"tm", s.tiling.tm}, {"tk", s.tiling.tk}, {"tn", s.tiling.tn}}}};
+    return j;
+  }
+
+  std::vector<EmittedFile> support_files() const override {
+    return {{std::string(kAbiHeader), std::string(embedded_file(kAbiHeader))}};
+  }
+
+  std::vector<EmittedFile> bundle(const std::string& bundle, std::span<const KernelSpec> specs,
+                                  std::span<const KernelId> ids,
+                                  nlohmann::ordered_json& manifest) const override {
+    const bool ident = !bundle.empty() &&
+                       (std::isalpha(static_cast<unsigned char>(bundle[0])) || bundle[0] == '_') &&
+                       std::all_of(bundle.begin(), bundle.end(), [](char c) {
+                         return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+                       });
+    if (!ident)
+      throw SpecError("bundle='" + bundle + "' must be a C identifier ([A-Za-z_][A-Za-z0-9_]*)");
+    for (const auto& s : specs)
+      if (s.isa != specs.front().isa)
+        throw SpecError("bundle '" + bundle + "': every kernel must share one isa (found " +
+                        std::string(to_string(specs.front().isa)) + " and " +
+                        std::string(to_string(s.isa)) + ")");
+    mu::data kernels{mu::data::type::list};
+    for (const auto& id : ids) {
+      mu::data entry;
+      entry.set("name", id.name);
+      kernels.push_back(entry);
+    }
+    mu::data ctx;
+    ctx.set("bundle", bundle);
+    ctx.set("version", std::string(generator_version()));
+    ctx.set("count", std::to_string(ids.size()));
+    ctx.set("kernels", kernels);
+    Renderer r;
+    const std::string dir = std::string(name()) + "/";
+    manifest = {{"name", bundle},
+                {"files", {dir + bundle + ".h", dir + bundle + ".cpp"}},
+                {"table", bundle + "_kernels"},
+                {"count", bundle + "_kernel_count"},
+                {"compile_flags",
+                 specs.empty() ? std::vector<std::string>{} : isa_flags(specs.front().isa)}};
+    return {{bundle + ".h", r.render("cpp/bundle.h", ctx)},
+            {bundle + ".cpp", r.render("cpp/bundle.cpp", ctx)}};
+  }
+
+  std::vector<std::string> toolchain_flags(const KernelSpec& s) const override {
+    return isa_flags(s.isa);
+  }
+};
+
+}  // namespace
+
+const Target& cpp_target() {
+  static const CppTarget t;
+  return t;
+}
+
+}  // namespace gmmgen

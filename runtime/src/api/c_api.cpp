@@ -1,0 +1,177 @@
+// The C API: thin wrappers that turn exceptions into error codes and messages.
+#include <cstring>
+#include <functional>
+#include <optional>
+#include <span>
+
+#include "gmmgen/runtime.hpp"
+#include "gmmgen/runtime_c.h"
+
+struct gmmgen_runtime {
+  gmmgen::Runtime rt;
+};
+
+namespace {
+
+int report(char* err, size_t err_len, int code, const char* msg) {
+  if (err && err_len) {
+    std::strncpy(err, msg, err_len - 1);
+    err[err_len - 1] = '\0';
+  }
+  return code;
+}
+
+int guarded(char* err, size_t err_len, const std::function<void()>& fn) {
+  try {
+    fn();
+    if (err && err_len) err[0] = '\0';
+    return GMMGEN_OK;
+  } catch (const gmmgen::InvalidArgument& e) {
+    return report(err, err_len, GMMGEN_ERR_INVALID_ARGUMENT, e.what());
+  } catch (const gmmgen::SpecError& e) {
+    return report(err, err_len, GMMGEN_ERR_INVALID_ARGUMENT, e.what());
+  } catch (const gmmgen::CompileError& e) {
+    return report(err, err_len, GMMGEN_ERR_COMPILE, e.what());
+  } catch (const gmmgen::CacheError& e) {
+    return report(err, err_len, GMMGEN_ERR_CACHE, e.what());
+  } catch (const gmmgen::JitDisabledError& e) {
+    return report(err, err_len, GMMGEN_ERR_JIT_DISABLED, e.what());
+  } catch (const std::bad_alloc&) {
+    return report(err, err_len, GMMGEN_ERR_OUT_OF_MEMORY, "out of memory");
+  } catch (const std::exception& e) {
+    return report(err, err_len, GMMGEN_ERR_INTERNAL, e.what());
+  }
+}
+
+gmmgen::TensorView view(const gmmgen_tensor* t, const char* what) {
+  if (!t) throw gmmgen::InvalidArgument(std::string(what) + " is NULL");
+  if (t->ndim < 1 || t->ndim > 3)
+    throw gmmgen::InvalidArgument(std::string(what) + ".ndim=" + std::to_string(t->ndim) +
+                                  " must be 1 to 3");
+  if (t->dtype < 0 || t->dtype >= gmmgen::kNumDTypes)
+    throw gmmgen::InvalidArgument(std::string(what) + ".dtype=" + std::to_string(t->dtype) +
+                                  " is not a GMMGEN_DTYPE_* code");
+  gmmgen::TensorView v;
+  v.data = t->data;
+  v.dtype = gmmgen::DType(t->dtype);
+  v.ndim = t->ndim;
+  for (int i = 0; i < 3; ++i) v.shape[i] = i < t->ndim ? t->shape[i] : 0;
+  v.ld = t->ld;
+  return v;
+}
+
+std::span<const int32_t> groups(const int32_t* group_sizes, int32_t num_groups) {
+  if (!group_sizes) throw gmmgen::InvalidArgument("group_sizes is NULL");
+  if (num_groups < 1)
+    throw gmmgen::InvalidArgument("num_groups=" + std::to_string(num_groups) + " must be >= 1");
+  return {group_sizes, size_t(num_groups)};
+}
+
+std::optional<gmmgen::Tiling> tiling(int32_t tm, int32_t tk, int32_t tn) {
+  if (!tm && !tk && !tn) return std::nullopt;
+  return gmmgen::Tiling{tm, tk, tn};
+}
+
+}  // namespace
+
+extern "C" {
+
+int gmmgen_runtime_create(gmmgen_runtime** runtime, char* err, size_t err_len) {
+  return guarded(err, err_len, [&] {
+    if (!runtime) throw gmmgen::InvalidArgument("runtime is NULL");
+    *runtime = new gmmgen_runtime{};
+  });
+}
+
+void gmmgen_runtime_destroy(gmmgen_runtime* runtime) {
+  delete runtime;
+}
+
+int gmmgen_runtime_gmm(gmmgen_runtime* runtime, const gmmgen_tensor* lhs, const gmmgen_tensor* rhs,
+                       const int32_t* group_sizes, int32_t num_groups, const gmmgen_tensor* out,
+                       const gmmgen_gmm_options* options, char* err, size_t err_len) {
+  return guarded(err, err_len, [&] {
+    if (!runtime) throw gmmgen::InvalidArgument("runtime is NULL");
+    const auto sizes = groups(group_sizes, num_groups);
+    gmmgen::GmmOptions o;
+    gmmgen::TensorView existing;
+    if (options) {
+      o.transpose_rhs = options->transpose_rhs != 0;
+      o.group_offset = options->group_offset;
+      o.accumulate = options->accumulate != 0;
+      o.tiling = tiling(options->tm, options->tk, options->tn);
+      if (options->existing_out) {
+        existing = view(options->existing_out, "existing_out");
+        o.existing_out = &existing;
+      }
+    }
+    runtime->rt.gmm(view(lhs, "lhs"), view(rhs, "rhs"), sizes, view(out, "out"), o);
+  });
+}
+
+int gmmgen_runtime_tgmm(gmmgen_runtime* runtime, const gmmgen_tensor* lhs, const gmmgen_tensor* rhs,
+                        const int32_t* group_sizes, int32_t num_groups, const gmmgen_tensor* out,
+                        const gmmgen_tgmm_options* options, char* err, size_t err_len) {
+  return guarded(err, err_len, [&] {
+    if (!runtime) throw gmmgen::InvalidArgument("runtime is NULL");
+    const auto sizes = groups(group_sizes, num_groups);
+    gmmgen::TgmmOptions o;
+    gmmgen::TensorView existing;
+    if (options) {
+      o.group_offset = options->group_offset;
+      o.lhs_transposed = options->lhs_transposed != 0;
+      o.transpose_out = options->transpose_out != 0;
+      o.tiling = tiling(options->tm, options->tk, options->tn);
+      if (options->existing_out) {
+        existing = view(options->existing_out, "existing_out");
+        o.existing_out = &existing;
+      }
+    }
+    runtime->rt.tgmm(view(lhs, "lhs"), view(rhs, "rhs"), sizes, view(out, "out"), o);
+  });
+}
+
+int gmmgen_runtime_gmm_vjp(gmmgen_runtime* runtime, const gmmgen_tensor* dout,
+                           const gmmgen_tensor* lhs, const gmmgen_tensor* rhs,
+                           const int32_t* group_sizes, int32_t num_groups,
+                           const gmmgen_tensor* dlhs, const gmmgen_tensor* drhs,
+                           const gmmgen_vjp_options* options, char* err, size_t err_len) {
+  return guarded(err, err_len, [&] {
+    if (!runtime) throw gmmgen::InvalidArgument("runtime is NULL");
+    const auto sizes = groups(group_sizes, num_groups);
+    gmmgen::GmmVjpOptions o;
+    if (options) {
+      o.transpose_rhs = options->transpose_rhs != 0;
+      o.group_offset = options->group_offset;
+      const int32_t* t = options->tiling;
+      o.tiling = {tiling(t[0], t[1], t[2]), tiling(t[3], t[4], t[5]), tiling(t[6], t[7], t[8])};
+    }
+    runtime->rt.gmm_vjp(view(dout, "dout"), view(lhs, "lhs"), view(rhs, "rhs"), sizes,
+                        view(dlhs, "dlhs"), view(drhs, "drhs"), o);
+  });
+}
+
+int gmmgen_runtime_warmup(gmmgen_runtime* runtime, const char* spec_text, char* err,
+                          size_t err_len) {
+  return guarded(err, err_len, [&] {
+    if (!runtime || !spec_text) throw gmmgen::InvalidArgument("runtime or spec_text is NULL");
+    runtime->rt.warmup({gmmgen::parse_text(spec_text)});
+  });
+}
+
+int gmmgen_runtime_register(gmmgen_runtime* runtime, const gmmgen_kernel_entry* table,
+                            int32_t count, char* err, size_t err_len) {
+  return guarded(err, err_len, [&] {
+    if (!runtime) throw gmmgen::InvalidArgument("runtime is NULL");
+    runtime->rt.register_kernels(table, count);
+  });
+}
+
+void gmmgen_runtime_get_stats(const gmmgen_runtime* runtime, gmmgen_runtime_stats* stats) {
+  if (!runtime || !stats) return;
+  const gmmgen::RuntimeStats s = runtime->rt.stats();
+  *stats = {s.lookups,  s.registry_hits, s.memory_hits,     s.disk_hits,
+            s.compiles, s.rebuilds,      s.compile_seconds, s.disk_load_seconds};
+}
+
+}  // extern "C"

@@ -1,0 +1,15 @@
+#include "dispatch/select.h"
+
+#include "gmmgen/heuristics.h"
+
+namespace gmmgen {
+
+TilingChoice select_tiling(const KernelSpec& problem, const std::optional<Tiling>& override,
+                           const TuningSource* tables, double rows_per_group) {
+  if (override) return {*override, TilingSource::kOverride, ""};
+  if (tables)
+    if (auto tuned = tables->lookup(problem, rows_per_group)) return *tuned;
+  return {default_tiling(problem), TilingSource::kHeuristic, ""};
+}
+
+}  // namespace gmmgen

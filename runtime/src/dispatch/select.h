@@ -1,0 +1,32 @@
+// Choosing a call's tiling: the caller's override, else the tuning table that covers the
+// problem, else the heuristic (DESIGN §4).
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "gmmgen/spec.h"
+
+namespace gmmgen {
+
+enum class TilingSource { kOverride, kTable, kHeuristic };
+
+struct TilingChoice {
+  Tiling tiling;
+  TilingSource source = TilingSource::kHeuristic;
+  std::string entry;  // which table entry (for logs), when source is kTable
+};
+
+// Where tuned tilings come from (tuning tables; DESIGN §5).
+class TuningSource {
+ public:
+  virtual ~TuningSource() = default;
+  // A tiling for `problem` (a spec whose tiling is ignored) at this many rows per active group.
+  virtual std::optional<TilingChoice> lookup(const KernelSpec& problem,
+                                             double rows_per_group) const = 0;
+};
+
+TilingChoice select_tiling(const KernelSpec& problem, const std::optional<Tiling>& override,
+                           const TuningSource* tables, double rows_per_group);
+
+}  // namespace gmmgen

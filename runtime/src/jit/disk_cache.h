@@ -1,0 +1,68 @@
+// The on-disk cache of compiled kernels (DESIGN.md §4).
+//
+// Layout under the root (created 0700):
+//   <key>/kernel.so     the shared object, reporting its key through gmmgen_cache_key()
+//   <key>/entry.json    key, size and XXH3-128 of kernel.so, spec, compiler, flags
+//   <key>/*.cpp, *.h    the sources it was built from
+//   .locks/<key>.lock   per-key lock file (flock), so concurrent processes build a key once
+//   .tmp/               entries being built; installed with one rename after fsync
+// An entry is used only if the root, the entry folder and its files belong to the current user
+// and are not writable by group or others (otherwise: CacheError, nothing is loaded), and if
+// kernel.so has the size and hash recorded in entry.json (otherwise it is rebuilt).
+#pragma once
+
+#include <filesystem>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "gmmgen/errors.hpp"
+
+namespace gmmgen {
+
+class DiskCache {
+ public:
+  // $GMMGEN_CACHE_DIR, else $XDG_CACHE_HOME/gmm-gen, else $HOME/.cache/gmm-gen.
+  static std::filesystem::path default_root();
+
+  // Creates the root (0700) if missing; throws CacheError if it is unsafe to use.
+  explicit DiskCache(std::filesystem::path root);
+  const std::filesystem::path& root() const { return root_; }
+
+  enum class State { kMissing, kValid, kCorrupt };
+  // Checks the entry of `key` without loading anything. Throws CacheError for unsafe ownership
+  // or permissions; kCorrupt says why in `why`.
+  State check(const std::string& key, std::string* why = nullptr) const;
+
+  // Folder of a valid entry.
+  std::filesystem::path entry_dir(const std::string& key) const { return root_ / key; }
+
+  // Builds the entry of `key` under the key's lock unless a valid one appears meanwhile:
+  // build(dir) must write the sources and `kernel.so` into dir and return entry metadata; the
+  // folder is synced and renamed into place. An existing corrupt entry is replaced.
+  // Returns true if this call built it, false if another process had.
+  bool build_locked(const std::string& key,
+                    const std::function<nlohmann::json(const std::filesystem::path&)>& build);
+
+  // Marks a valid-looking entry as bad (e.g. the loaded object reported another key) so the
+  // next build_locked replaces it.
+  void invalidate(const std::string& key);
+
+  struct Listing {
+    std::string key;
+    nlohmann::json entry;  // entry.json, or null if unreadable
+    uintmax_t bytes = 0;
+  };
+  std::vector<Listing> list() const;
+  // Removes every entry (and temporary leftovers); returns the number of entries removed.
+  int clear();
+
+ private:
+  std::filesystem::path root_;
+};
+
+// XXH3-128 (hex) of a file's bytes; empty string if it cannot be read.
+std::string file_hash(const std::filesystem::path& p);
+
+}  // namespace gmmgen

@@ -1,0 +1,86 @@
+#include "jit/jit_cache.h"
+
+#include <chrono>
+#include <fstream>
+
+namespace gmmgen {
+namespace fs = std::filesystem;
+namespace {
+
+int64_t ns_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0)
+      .count();
+}
+
+void write_sources(const fs::path& dir, const JitSources& src) {
+  for (const auto& [rel, content] : src.files) {
+    const fs::path p = dir / rel;
+    fs::create_directories(p.parent_path());
+    std::ofstream out(p, std::ios::binary | std::ios::trunc);
+    out.write(content.data(), std::streamsize(content.size()));
+    if (!out) throw CacheError("cache: cannot write " + p.string());
+  }
+}
+
+}  // namespace
+
+JitCache::JitCache(fs::path root, Log log) : root_(std::move(root)), log_(std::move(log)) {}
+
+std::shared_ptr<SharedObject> JitCache::load(const std::string& key, const Accept& accept,
+                                             std::string* why) {
+  auto obj =
+      std::make_shared<SharedObject>(SharedObject::open(disk_->entry_dir(key) / "kernel.so"));
+  // The key first: nothing else of a mismatching object is used.
+  auto* reported = reinterpret_cast<const char* (*)()>(obj->find("gmmgen_cache_key"));
+  if (!reported || std::string(reported()) != key) {
+    *why = "the object reports key " + std::string(reported ? reported() : "(none)");
+    return nullptr;
+  }
+  if (std::string bad = accept(*obj); !bad.empty()) {
+    *why = bad;
+    return nullptr;
+  }
+  return obj;
+}
+
+std::shared_ptr<SharedObject> JitCache::get(const std::string& key, const CompilerConfig& cc,
+                                            const std::function<JitSources()>& sources,
+                                            const Accept& accept, bool compile) {
+  if (!disk_) disk_ = std::make_unique<DiskCache>(root_);
+  std::string why;
+  const auto t0 = std::chrono::steady_clock::now();
+  DiskCache::State state = disk_->check(key, &why);
+  if (state == DiskCache::State::kValid) {
+    if (auto obj = load(key, accept, &why)) {
+      counters_.disk_load_ns += ns_since(t0);
+      ++counters_.disk_hits;
+      log_("disk cache hit " + key);
+      return obj;
+    }
+    disk_->invalidate(key);
+    state = DiskCache::State::kCorrupt;
+  }
+  if (state == DiskCache::State::kCorrupt) {
+    ++counters_.rebuilds;
+    log_("cache entry " + key + " is bad (" + why + "): rebuilding");
+  }
+  if (!compile) return nullptr;
+  const bool built = disk_->build_locked(key, [&](const fs::path& dir) {
+    const JitSources src = sources();
+    write_sources(dir, src);
+    log_("compile " + key + ": " + cc.cxx + " " + format_command(cc.flags));
+    const auto c0 = std::chrono::steady_clock::now();
+    compile_shared_object(cc, dir / src.main, dir, dir / "kernel.so");
+    counters_.compile_ns += ns_since(c0);
+    nlohmann::json meta = src.metadata;
+    meta["compiler"] = compiler_identity(cc.cxx);
+    meta["flags"] = cc.flags;
+    return meta;
+  });
+  ++(built ? counters_.compiles : counters_.disk_hits);  // or another process built it first
+  auto obj = load(key, accept, &why);
+  if (!obj) throw CacheError("cache entry " + key + " is still bad after a rebuild: " + why);
+  return obj;
+}
+
+}  // namespace gmmgen

@@ -1,0 +1,59 @@
+// The JIT: objects found in the disk cache, or compiled, trial-loaded and installed there.
+// Knows nothing of GMM: the caller supplies the key, the sources, the flags and a check of what
+// a loaded object says about itself.
+#pragma once
+
+#include <atomic>
+#include <filesystem>
+#include <functional>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "jit/disk_cache.h"
+#include "jit/loader.h"
+#include "jit/toolchain.h"
+
+namespace gmmgen {
+
+struct JitSources {
+  std::vector<std::pair<std::string, std::string>> files;  // relative path, content
+  std::string main;                                        // the file to compile
+  nlohmann::json metadata;                                 // recorded in entry.json
+};
+
+struct JitCounters {
+  std::atomic<int64_t> disk_hits{0}, compiles{0}, rebuilds{0};
+  std::atomic<int64_t> compile_ns{0}, disk_load_ns{0};
+};
+
+class JitCache {
+ public:
+  // After the object reported its key, the caller's own check of it ("" = accepted, else why).
+  using Accept = std::function<std::string(const SharedObject&)>;
+  using Log = std::function<void(const std::string&)>;
+
+  JitCache(std::filesystem::path root, Log log);
+
+  // The object of `key`: from the disk cache when a valid entry is there and passes `accept`;
+  // otherwise, if `compile` is set, built from sources() with cc under the key's lock (once
+  // across processes), installed and loaded; otherwise nullptr. A bad entry is rebuilt once; a
+  // second bad build is a CacheError.
+  std::shared_ptr<SharedObject> get(const std::string& key, const CompilerConfig& cc,
+                                    const std::function<JitSources()>& sources,
+                                    const Accept& accept, bool compile);
+
+  const JitCounters& counters() const { return counters_; }
+  const std::filesystem::path& root() const { return root_; }
+
+ private:
+  std::shared_ptr<SharedObject> load(const std::string& key, const Accept& accept,
+                                     std::string* why);
+  std::filesystem::path root_;
+  Log log_;
+  std::unique_ptr<DiskCache> disk_;  // created at first use
+  JitCounters counters_;
+};
+
+}  // namespace gmmgen

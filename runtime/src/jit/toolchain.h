@@ -1,0 +1,48 @@
+// Building sources into shared objects with the system C++ compiler, invoked directly
+// (posix_spawn, no shell). Knows nothing of GMM: flags come from the caller.
+#pragma once
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "gmmgen/errors.hpp"
+
+namespace gmmgen {
+
+struct CompilerConfig {
+  std::string cxx;                 // compiler executable (path or name looked up in PATH)
+  std::vector<std::string> flags;  // every flag
+};
+
+// The compiler: $GMMGEN_CXX, else the one CMake found at configure time. Flags: -std=c++17
+// -O3 -fPIC -shared, then `target_flags` (e.g. an ISA family's), then $GMMGEN_CXXFLAGS (split
+// on whitespace, no shell quoting), which come last and so win.
+CompilerConfig default_compiler(const std::vector<std::string>& target_flags);
+
+// The compiler's identity: its version banner and target triple, never its install path
+// (cached per executable). Throws CompileError if it cannot be run.
+std::string compiler_identity(const std::string& cxx);
+
+// Runs argv (argv[0] looked up in PATH) and returns its exit status and combined stdout+stderr.
+struct ProcessResult {
+  int status = -1;  // exit code, or 128+signal; -1 if it could not be started
+  std::string output;
+};
+ProcessResult run_process(const std::vector<std::string>& argv);
+
+// Compiles `source` into the shared object `output`, with `include_dir` on the include path.
+// Throws CompileError with the command line and the compiler's message on failure.
+void compile_shared_object(const CompilerConfig& cc, const std::filesystem::path& source,
+                           const std::filesystem::path& include_dir,
+                           const std::filesystem::path& output);
+
+// Command line as one printable string (arguments quoted where needed), for logs and errors.
+std::string format_command(const std::vector<std::string>& argv);
+
+// The key of an artifact in the disk cache: a hash of the artifact's own hash (opaque here),
+// the compiler's identity, the flags, and -- when a flag targets the host (-march=native) --
+// the host CPU's model and feature flags.
+std::string cache_key(const std::string& artifact_hash, const CompilerConfig& cc);
+
+}  // namespace gmmgen

@@ -1,0 +1,57 @@
+// Host-side rounding and storage formats, checked against hand-computed values and against the
+// hardware's float conversion.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "gmmgen/verify/numeric.h"
+
+namespace gmmgen {
+namespace {
+
+TEST(Numeric, RoundToBf16TiesToEven) {
+  // bf16 keeps 8 significant bits: values between 1 and 2 step by 2^-7.
+  EXPECT_EQ(1.0, round_to(DType::kBF16, 1.0 + std::ldexp(1.0, -8)));  // tie -> even (1.0)
+  EXPECT_EQ(1.0 + std::ldexp(2.0, -7),
+            round_to(DType::kBF16, 1.0 + std::ldexp(3.0, -8)));  // tie -> even
+  EXPECT_EQ(1.0 + std::ldexp(1.0, -7), round_to(DType::kBF16, 1.0 + std::ldexp(1.0, -8) + 1e-9));
+  EXPECT_TRUE(std::isinf(round_to(DType::kBF16, 3.4e38)));
+}
+
+TEST(Numeric, RoundToF16RangeAndSubnormals) {
+  EXPECT_EQ(65504.0, round_to(DType::kF16, 65519.0));
+  EXPECT_TRUE(std::isinf(round_to(DType::kF16, 65520.0)));  // tie at the top rounds to infinity
+  EXPECT_EQ(std::ldexp(1.0, -24), round_to(DType::kF16, std::ldexp(1.5, -25)));
+  EXPECT_EQ(0.0, round_to(DType::kF16, std::ldexp(1.0, -25)));  // tie -> even (zero)
+  EXPECT_EQ(std::ldexp(3.0, -24),
+            round_to(DType::kF16, std::ldexp(2.5, -24)) + std::ldexp(1.0, -24));
+}
+
+TEST(Numeric, RoundToF32MatchesTheHardware) {
+  std::mt19937_64 rng(3);
+  std::uniform_real_distribution<double> u(-4.0, 4.0);
+  for (int i = 0; i < 100000; ++i) {
+    const double x = std::ldexp(u(rng), int(rng() % 200) - 100);
+    EXPECT_EQ(double(float(x)), round_to(DType::kF32, x)) << x;
+  }
+}
+
+TEST(Numeric, StoreLoadRoundTripsEveryF16AndBf16Pattern) {
+  for (DType d : {DType::kF16, DType::kBF16}) {
+    for (uint32_t bits = 0; bits < 65536; ++bits) {
+      uint16_t h = uint16_t(bits), back = 0;
+      const double v = load_element(d, &h, 0);
+      store_element(d, &back, 0, v);
+      if (std::isnan(v)) {
+        EXPECT_TRUE(std::isnan(load_element(d, &back, 0)));
+      } else {
+        EXPECT_EQ(h, back) << to_string(d) << " pattern " << bits;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace gmmgen

@@ -1,0 +1,175 @@
+// The tables every other module derives from (spec fields, dtypes, ABI entry points), and the
+// documents that must agree with them: the README's spec table and its ABI section.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
+#include <sstream>
+
+#include "gmmgen/heuristics.h"
+#include "gmmgen/naming.h"
+#include "gmmgen/spec.h"
+
+namespace gmmgen {
+namespace {
+
+std::string read_file(const std::string& rel) {
+  std::ifstream in(std::string(GMMGEN_SOURCE_DIR) + "/" + rel, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A value other than the default for each field, valid together with the base spec.
+std::string other_value(std::string_view key) {
+  static const std::map<std::string_view, std::string> k{{"op", "tgmm"},
+                                                         {"lhs", "f32"},
+                                                         {"rhs", "f16"},
+                                                         {"out", "bf16"},
+                                                         {"lhs_quant", "block:64"},
+                                                         {"rhs_quant", "block:64x32"},
+                                                         {"k", "384"},
+                                                         {"n", "96"},
+                                                         {"g", "12"},
+                                                         {"g_local", "5"},
+                                                         {"tm", "17"},
+                                                         {"tk", "33"},
+                                                         {"tn", "9"},
+                                                         {"transpose_rhs", "1"},
+                                                         {"lhs_layout", "km"},
+                                                         {"out_mode", "accumulate"},
+                                                         {"target", "pallas"},
+                                                         {"isa", "avx512bf16"}};
+  return k.at(key);
+}
+
+// Every field, set alone to a non-default value, survives text, JSON and kernel-name round
+// trips, and changes the canonical text; the name carries every problem and tiling field.
+TEST(FieldTable, EveryFieldRoundTripsThroughEveryForm) {
+  const std::string base = "k=256,n=64,g=8";
+  std::set<std::string> names;
+  for (const SpecField& f : spec_fields()) {
+    const std::string text =
+        f.required ? base : base + "," + std::string(f.key) + "=" + other_value(f.key);
+    KernelSpec s = parse_text(text);
+    if (f.required) set_field(f, s, other_value(f.key));
+    SCOPED_TRACE(text);
+    EXPECT_FALSE(field_is_default(f, s) && !f.required) << f.key;
+    EXPECT_EQ(s, parse_text(to_text(s)));
+    EXPECT_EQ(s, from_json(to_json(s)));
+    const std::string stem = name_stem(s);
+    EXPECT_EQ(s, parse_kernel_name(stem + "_abcdef12").spec) << stem;
+    EXPECT_TRUE(names.insert(stem).second) << "two fields give the same name " << stem;
+    EXPECT_EQ(stem.find(':'), std::string::npos);
+  }
+  // Two optional parts at once, in either order of the table.
+  const KernelSpec s = parse_text(base +
+                                  ",transpose_rhs=1,out_mode=existing_out,isa=avx2,"
+                                  "rhs_quant=channel,lhs_quant=tensor");
+  EXPECT_EQ(s, parse_kernel_name(name_stem(s) + "_00000000").spec) << name_stem(s);
+}
+
+TEST(FieldTable, DtypeTableMatchesTheAbiCodes) {
+  int i = 0;
+  for (const DTypeInfo& d : dtype_table()) {
+    EXPECT_EQ(i++, int(d.id)) << d.name;
+    EXPECT_EQ(d.id, parse_dtype(d.name, "dtype"));
+    EXPECT_TRUE(d.bits == 32 || d.bits == 16 || d.bits == 8 || d.bits == 4) << d.name;
+    EXPECT_NE(0u, d.uses) << d.name;
+  }
+  EXPECT_EQ(GMMGEN_DTYPE_COUNT_, i);
+  EXPECT_EQ(GMMGEN_DTYPE_BF16, int(DType::kBF16));
+  EXPECT_THROW(dtype_info(DType(99)), SpecError);
+}
+
+TEST(FieldTable, ProblemKeyIgnoresTilingAndImplementation) {
+  const KernelSpec a = parse_text("k=256,n=64,g=8,tm=16,isa=avx2");
+  const KernelSpec b = parse_text("k=256,n=64,g=8,tm=64,isa=generic");
+  const KernelSpec c = parse_text("k=256,n=64,g=8,tm=16,isa=avx2,transpose_rhs=1");
+  EXPECT_TRUE(SameProblem{}(a, b));
+  EXPECT_EQ(ProblemHash{}(a), ProblemHash{}(b));
+  EXPECT_NE(SpecKeyHash{}(a), SpecKeyHash{}(b));
+  EXPECT_FALSE(SameProblem{}(a, c));
+}
+
+// The README's spec table is the field table's (refresh: cmake --build build --target
+// regenerate).
+TEST(Readme, SpecTableIsTheFieldTable) {
+  const std::string readme = read_file("README.md");
+  EXPECT_NE(readme.find("<!-- spec-fields:begin -->\n" + spec_fields_markdown() +
+                        "<!-- spec-fields:end -->"),
+            std::string::npos)
+      << "README.md's spec table differs from the field table; run the regenerate target";
+}
+
+// Field names of a C struct in the header, in order.
+std::vector<std::string> header_struct_fields(const std::string& header, const std::string& name) {
+  const size_t begin = header.find("typedef struct " + name + " {");
+  const size_t end = header.find("} " + name + ";", begin);
+  std::string body = header.substr(begin, end - begin);
+  body = body.substr(body.find('{') + 1);
+  body = std::regex_replace(body, std::regex(R"(/\*[\s\S]*?\*/)"), " ");
+  std::vector<std::string> fields;
+  std::stringstream decls(body);
+  const std::regex ident(R"([A-Za-z_]\w*)");
+  for (std::string decl; std::getline(decls, decl, ';');) {
+    std::stringstream parts(decl);
+    for (std::string part; std::getline(parts, part, ',');) {
+      std::string last;
+      for (std::sregex_iterator it(part.begin(), part.end(), ident), e; it != e; ++it)
+        last = it->str();
+      if (!last.empty()) fields.push_back(last);
+    }
+  }
+  return fields;
+}
+
+// The backticked names in the first column of the README table between two markers.
+std::vector<std::string> readme_names(const std::string& readme, const std::string& from,
+                                      const std::string& to) {
+  const size_t b = readme.find(from);
+  const size_t e = readme.find(to, b + from.size());
+  EXPECT_NE(std::string::npos, b) << from;
+  EXPECT_NE(std::string::npos, e) << to;
+  std::stringstream lines(readme.substr(b + from.size(), e - b - from.size()));
+  std::vector<std::string> names;
+  const std::regex tick(R"(`([A-Za-z_]\w*)`)");
+  for (std::string line; std::getline(lines, line);) {
+    if (!line.starts_with("| ")) continue;
+    const std::string cell = line.substr(0, line.find('|', 1));
+    for (std::sregex_iterator it(cell.begin(), cell.end(), tick), end; it != end; ++it)
+      names.push_back((*it)[1]);
+  }
+  return names;
+}
+
+TEST(Readme, AbiSectionAgreesWithTheHeader) {
+  const std::string readme = read_file("README.md");
+  const std::string header = read_file("runtime/include/gmmgen/kernel_abi.h");
+  // gmmgen_args: the rows of its table name every field, in order.
+  EXPECT_EQ(header_struct_fields(header, "gmmgen_args"),
+            readme_names(readme, "<!-- abi-args:begin -->", "<!-- abi-args:end -->"));
+  EXPECT_EQ(header_struct_fields(header, "gmmgen_kernel_info"),
+            readme_names(readme, "<!-- abi-info:begin -->", "<!-- abi-info:end -->"));
+  // The entry points: one table row per GMMGEN_ENTRY_POINTS entry, in order.
+  std::vector<std::string> documented;
+  {
+    const size_t b = readme.find("<!-- abi-entries:begin -->");
+    const size_t e = readme.find("<!-- abi-entries:end -->");
+    ASSERT_NE(std::string::npos, b);
+    const std::string part = readme.substr(b, e - b);
+    const std::regex sym(R"(<name>(\w*)\()");
+    for (std::sregex_iterator it(part.begin(), part.end(), sym), end; it != end; ++it)
+      documented.push_back((*it)[1]);
+  }
+  std::vector<std::string> declared;
+#define GMMGEN_SUFFIX_(arg, ret, field, suffix, params) declared.push_back(#suffix);
+  GMMGEN_ENTRY_POINTS(GMMGEN_SUFFIX_, ~)
+#undef GMMGEN_SUFFIX_
+  EXPECT_EQ(declared, documented);
+}
+
+}  // namespace
+}  // namespace gmmgen
