@@ -36,7 +36,7 @@ constexpr int64_t TN = 64;
 constexpr int64_t TILES_K = (K + TK - 1) / TK;
 constexpr int64_t TILES_N = (N + TN - 1) / TN;
 constexpr int64_t ITEMS = G_LOCAL * TILES_K * TILES_N;
-constexpr bool TRANSPOSE_RHS = true;  // out[j] is [N, K] (spec transpose_rhs=1)
+constexpr bool TRANSPOSE_RHS = 1;  // out[j] is [N, K] (spec transpose_rhs=1)
 constexpr bool TRANSPOSE_OUT = TRANSPOSE_RHS;
 constexpr bool LHS_KM = true;                // lhs is [K, M] (spec lhs_layout=km)
 constexpr int OUT_MODE = GMMGEN_OUT_ACCUMULATE;

@@ -117,14 +117,9 @@ class CppTarget final : public Target {
     ctx.set("version", std::string(generator_version()));
     ctx.set("abi_version", std::to_string(GMMGEN_ABI_VERSION));
     ctx.set("template", std::string(op.path) + ".mustache");
-    ctx.set("k", std::to_string(s.k));
-    ctx.set("n", std::to_string(s.n));
-    ctx.set("g", std::to_string(s.g));
-    ctx.set("g_local", std::to_string(s.g_local));
-    ctx.set("tm", std::to_string(s.tiling.tm));
-    ctx.set("tk", std::to_string(s.tiling.tk));
-    ctx.set("tn", std::to_string(s.tiling.tn));
-    ctx.set("transpose_rhs", s.transpose_rhs ? "true" : "false");
+    // Every spec field by its key, as in the canonical text ({{k}}, {{tm}}, {{transpose_rhs}}:
+    // 0/1, a valid C++ bool).
+    for (const SpecField& f : spec_fields()) ctx.set(std::string(f.key), field_text(f, s));
     ctx.set("lhs_km", s.lhs_layout == LhsLayout::kKM ? "true" : "false");
     static const char* kModeCode[] = {"GMMGEN_OUT_PLAIN", "GMMGEN_OUT_EXISTING",
                                       "GMMGEN_OUT_ACCUMULATE"};
@@ -139,7 +134,6 @@ class CppTarget final : public Target {
       const IsaFamily& f = isa_family(s.isa);
       if (f.guard != "1") ctx.set("isa_guard", std::string(f.guard));
     }
-    ctx.set("isa", std::string(to_string(s.isa)));
     ctx.set("isa_flags", join(isa_flags(s.isa), " "));
     ctx.set("dtypes", render_dtypes(s, r, ctx));
     ctx.set("ukernel", render_ukernel(s, r, ctx));
