@@ -2,9 +2,9 @@
 // documents that must agree with them: the README's spec table and its ABI section.
 #include <gtest/gtest.h>
 
+#include <cctype>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <regex>
 #include <set>
 #include <sstream>
 
@@ -104,29 +104,45 @@ TEST(Readme, SpecTableIsTheFieldTable) {
       << "README.md's spec table differs from the field table; run the regenerate target";
 }
 
-// Field names of a C struct in the header, in order.
+bool ident_char(char c) {
+  return std::isalnum(static_cast<unsigned char>(c)) || c == '_';
+}
+
+// The identifiers of a text, in order.
+std::vector<std::string> identifiers(const std::string& text) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < text.size();) {
+    if (!ident_char(text[i]) || std::isdigit(static_cast<unsigned char>(text[i]))) {
+      ++i;
+      continue;
+    }
+    size_t j = i;
+    while (j < text.size() && ident_char(text[j])) ++j;
+    out.push_back(text.substr(i, j - i));
+    i = j;
+  }
+  return out;
+}
+
+// Field names of a C struct in the header, in order (the last identifier of each declarator).
 std::vector<std::string> header_struct_fields(const std::string& header, const std::string& name) {
   const size_t begin = header.find("typedef struct " + name + " {");
   const size_t end = header.find("} " + name + ";", begin);
   std::string body = header.substr(begin, end - begin);
   body = body.substr(body.find('{') + 1);
-  body = std::regex_replace(body, std::regex(R"(/\*[\s\S]*?\*/)"), " ");
+  for (size_t c; (c = body.find("/*")) != std::string::npos;)
+    body.erase(c, body.find("*/", c) + 2 - c);
   std::vector<std::string> fields;
   std::stringstream decls(body);
-  const std::regex ident(R"([A-Za-z_]\w*)");
   for (std::string decl; std::getline(decls, decl, ';');) {
     std::stringstream parts(decl);
-    for (std::string part; std::getline(parts, part, ',');) {
-      std::string last;
-      for (std::sregex_iterator it(part.begin(), part.end(), ident), e; it != e; ++it)
-        last = it->str();
-      if (!last.empty()) fields.push_back(last);
-    }
+    for (std::string part; std::getline(parts, part, ',');)
+      if (const auto ids = identifiers(part); !ids.empty()) fields.push_back(ids.back());
   }
   return fields;
 }
 
-// The backticked names in the first column of the README table between two markers.
+// The backticked identifiers in the first column of the README table between two markers.
 std::vector<std::string> readme_names(const std::string& readme, const std::string& from,
                                       const std::string& to) {
   const size_t b = readme.find(from);
@@ -135,12 +151,15 @@ std::vector<std::string> readme_names(const std::string& readme, const std::stri
   EXPECT_NE(std::string::npos, e) << to;
   std::stringstream lines(readme.substr(b + from.size(), e - b - from.size()));
   std::vector<std::string> names;
-  const std::regex tick(R"(`([A-Za-z_]\w*)`)");
   for (std::string line; std::getline(lines, line);) {
     if (!line.starts_with("| ")) continue;
     const std::string cell = line.substr(0, line.find('|', 1));
-    for (std::sregex_iterator it(cell.begin(), cell.end(), tick), end; it != end; ++it)
-      names.push_back((*it)[1]);
+    for (size_t q = cell.find('`'); q != std::string::npos; q = cell.find('`', q)) {
+      const size_t close = cell.find('`', q + 1);
+      const std::string inner = cell.substr(q + 1, close - q - 1);
+      if (identifiers(inner) == std::vector<std::string>{inner}) names.push_back(inner);
+      q = close + 1;
+    }
   }
   return names;
 }
@@ -160,9 +179,11 @@ TEST(Readme, AbiSectionAgreesWithTheHeader) {
     const size_t e = readme.find("<!-- abi-entries:end -->");
     ASSERT_NE(std::string::npos, b);
     const std::string part = readme.substr(b, e - b);
-    const std::regex sym(R"(<name>(\w*)\()");
-    for (std::sregex_iterator it(part.begin(), part.end(), sym), end; it != end; ++it)
-      documented.push_back((*it)[1]);
+    for (size_t at = part.find("<name>"); at != std::string::npos;
+         at = part.find("<name>", at + 1)) {
+      const size_t open = part.find('(', at);
+      documented.push_back(part.substr(at + 6, open - at - 6));
+    }
   }
   std::vector<std::string> declared;
 #define GMMGEN_SUFFIX_(arg, ret, field, suffix, params) declared.push_back(#suffix);
