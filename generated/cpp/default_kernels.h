@@ -4,14 +4,14 @@
 #define GMMGEN_BUNDLE_default_kernels_H_
 
 #include "gmmgen/kernel_abi.h"
-#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_1926595a.h"
-#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_657037ac.h"
-#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_f2990858.h"
-#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_d24a405c.h"
-#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_40c6554a.h"
-#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_d15f0471.h"
-#include "tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_b6784641.h"
-#include "tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_e8e5d2ca.h"
+#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_95dd05a4.h"
+#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_1368eccb.h"
+#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_e76f7727.h"
+#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_fd83b689.h"
+#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_fc93f498.h"
+#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_99b07c65.h"
+#include "tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_c171464e.h"
+#include "tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_2bf728d9.h"
 
 #ifdef __cplusplus
 extern "C" {

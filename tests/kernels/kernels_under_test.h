@@ -8,10 +8,15 @@
 
 #include "default_kernels.h"
 #include "dtype_matrix.h"
+#include "gmmgen/heuristics.h"
 #include "gmmgen/kernel_abi.h"
 #include "gmmgen/naming.h"
 #include "gmmgen/spec.h"
 #include "test_kernels.h"
+#include "test_kernels_avx2.h"
+#include "test_kernels_avx512.h"
+#include "test_kernels_avx512bf16.h"
+#include "test_kernels_generic.h"
 
 namespace gmmgen::testing {
 
@@ -30,8 +35,17 @@ inline std::vector<KernelUnderTest> all_kernels() {
   add(default_kernels_kernels, default_kernels_kernel_count);
   add(test_kernels_kernels, test_kernels_kernel_count);
   add(dtype_matrix_kernels, dtype_matrix_kernel_count);
+  add(test_kernels_avx512bf16_kernels, test_kernels_avx512bf16_kernel_count);
+  add(test_kernels_avx512_kernels, test_kernels_avx512_kernel_count);
+  add(test_kernels_avx2_kernels, test_kernels_avx2_kernel_count);
+  add(test_kernels_generic_kernels, test_kernels_generic_kernel_count);
   return out;
 }
+
+// Kernels of an ISA family this CPU lacks are compiled but not run.
+#define GMMGEN_SKIP_UNLESS_RUNNABLE(k) \
+  if (!host_supports((k).spec.isa))    \
+  GTEST_SKIP() << "this CPU cannot run isa=" << to_string((k).spec.isa) << " (" << (k).name << ")"
 
 inline std::string test_name(const KernelUnderTest& k) {
   return k.name;

@@ -20,12 +20,14 @@ void run_cases(const KernelUnderTest& k, const std::vector<CheckCase>& cases) {
 }
 
 TEST_P(KernelTest, StandardCasesMatchReference) {
+  GMMGEN_SKIP_UNLESS_RUNNABLE(GetParam());
   run_cases(GetParam(), standard_cases(GetParam().spec, 42));
 }
 
 // Named edge cases, on top of the spread of standard_cases.
 TEST_P(KernelTest, EdgeCases) {
   const auto& k = GetParam();
+  GMMGEN_SKIP_UNLESS_RUNNABLE(k);
   const int32_t G = int32_t(k.spec.g);
   const int64_t tm = k.spec.tiling.tm;
   std::vector<CheckCase> cases;
@@ -89,6 +91,7 @@ TEST_P(KernelTest, EdgeCases) {
 
 TEST_P(KernelTest, ResultsDoNotDependOnItemOrder) {
   const auto& k = GetParam();
+  GMMGEN_SKIP_UNLESS_RUNNABLE(k);
   std::mt19937_64 rng(7);
   CheckCase c;
   c.m = 3 * k.spec.tiling.tm + 1;

@@ -100,11 +100,17 @@ TEST(Emit, InvalidSpecInASetIsNamedAndNothingIsRendered) {
   }
 }
 
+// A bundle's name must be a C identifier; one bundle may mix ISA families (each family's code
+// carries its target attributes), and only native kernels ask for -march=native.
 TEST(Emit, BundleRules) {
   EXPECT_THROW(emit_set(default_specs(), "not-an-identifier"), SpecError);
   auto specs = default_specs();
   specs.back().isa = Isa::kGeneric;
-  EXPECT_THROW(emit_set(specs, "mixed"), SpecError);
+  auto manifest = nlohmann::json::parse(emit_set(specs, "mixed").back().content);
+  EXPECT_EQ(nlohmann::json::array({"-march=native"}), manifest["bundle"]["compile_flags"]);
+  for (auto& s : specs) s.isa = Isa::kAvx2;
+  manifest = nlohmann::json::parse(emit_set(specs, "mixed").back().content);
+  EXPECT_TRUE(manifest["bundle"]["compile_flags"].empty());
 }
 
 TEST(Emit, SpecFileErrorsNameFileAndEntry) {

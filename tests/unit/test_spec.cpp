@@ -88,7 +88,7 @@ TEST(Spec, NameIsReadableAndParses) {
     EXPECT_EQ(x, p.spec) << name_stem(x);
     EXPECT_EQ("0123abcd", p.hash8);
   }
-  EXPECT_EQ("tgmm_f32xf32_f32_k8_n8_g3_t64x8x8_km_pallas",
+  EXPECT_EQ("tgmm_f32xf32_f32_k8_n8_g3_t256x8x8_km_pallas",
             name_stem(parse_text("op=tgmm,lhs=f32,rhs=f32,out=f32,k=8,n=8,g=3,lhs_layout=km,"
                                  "target=pallas")));
   for (const char* bad :
@@ -123,9 +123,8 @@ TEST(Spec, ValidationNamesParameterAndRule) {
       {"k=8,n=8,g=4,op=tgmm,target=pallas", "not supported yet: target=pallas"},
       {"k=8,n=8,g=4,op=tgmm,lhs=f8e4m3", "not supported yet: lhs=f8e4m3"},
       {"k=65536,n=65536,g=4,op=tgmm", "overflows the 2^31 element limit of one out operand"},
-      // gmm's scratch for this tiling is 512 KiB (tn=8 packs to 32 columns); tgmm's lhs chunk
-      // [tk][tm] adds 16 MiB.
-      {"k=2048,n=8,g=4,op=tgmm,tm=2048,tk=2048,tn=8", "needs 17301504 bytes of scratch"},
+      // gmm's scratch for this tiling is about 1 MiB; tgmm's lhs chunk [tm][tk] adds 16 MiB.
+      {"k=2048,n=8,g=4,op=tgmm,tm=2048,tk=2048,tn=8", "bytes of scratch per thread, above"},
       {"k=8,n=8,g=4,target=pallas", "not supported yet: target=pallas"},
       {"k=8,n=8,g=4,lhs=i8,rhs=i8", "not supported yet: lhs=i8"},
       {"k=8,n=8,g=4,lhs_quant=tensor", "not supported yet: lhs_quant=tensor"},
@@ -178,14 +177,20 @@ TEST(Spec, ValidSpecsPass) {
 
 // tgmm's defaults, scratch and cost follow its own loop nest (heuristics.h).
 TEST(Spec, TgmmHeuristics) {
-  const KernelSpec s = parse_text("op=tgmm,lhs=bf16,rhs=f16,out=f32,k=1000,n=48,g=8,g_local=2");
-  EXPECT_EQ(64, s.tiling.tm);
-  EXPECT_EQ(128, s.tiling.tk);
+  const KernelSpec s =
+      parse_text("op=tgmm,lhs=bf16,rhs=f16,out=f32,k=1000,n=48,g=8,g_local=2,isa=avx2");
+  EXPECT_EQ(256, s.tiling.tm);
+  EXPECT_EQ(96, s.tiling.tk);
   EXPECT_EQ(48, s.tiling.tn);  // clipped to N
-  // lhs chunk [tk][tm], rhs chunk [tm][tn'], accumulator [tk][tn'], all f32, where tn' is tn
-  // padded to the micro-kernel's column granularity (48 -> 64).
-  EXPECT_EQ(64, packed_cols(48));
-  EXPECT_EQ((128 * 64 + 64 * 64 + 128 * 64) * 4, scratch_bytes(s));
+  // The f32 output tile [tk][tn'] (tn' = tn in whole 16-column avx2 register tiles), a chunk of
+  // tm rows of lhs [tm][tk] and of one rhs panel [tm][16], all f32.
+  EXPECT_EQ(48, packed_cols(48, 16));
+  EXPECT_EQ(64, packed_cols(48, 64));
+  EXPECT_EQ((96 * 48 + 256 * 96 + 256 * 16) * 4, scratch_bytes(s));
+  // isa=native bounds every family's.
+  KernelSpec native = s;
+  native.isa = Isa::kNative;
+  for (const auto& f : isa_families()) EXPECT_LE(scratch_bytes(s, f), scratch_bytes(native));
   const Cost c = cost_estimate(s);
   EXPECT_EQ(2 * 1000 * 48, c.flops.per_m);
   EXPECT_EQ(0, c.flops.fixed);
@@ -200,7 +205,8 @@ TEST(Spec, TgmmHeuristics) {
   fwd.op = Op::kGmm;
   EXPECT_EQ(1000 * 2 + 48 * 4, cost_estimate(fwd).bytes.per_m);
   EXPECT_EQ(2 * 1000 * 48 * 2, cost_estimate(fwd).bytes.fixed);
-  EXPECT_EQ((64 * 64 + 128 * 64) * 4, scratch_bytes(fwd));
+  // gmm: accumulators [tm][tn'], the packed rhs block [tk'][tn'] (tk' even), mr lhs rows [mr][tk].
+  EXPECT_EQ((256 * 48 + 96 * 48 + 6 * 96) * 4, scratch_bytes(fwd));
 }
 
 }  // namespace

@@ -20,15 +20,20 @@ inline constexpr int64_t kMaxScratchBytes = int64_t{8} << 20;
 
 // ---- C++ target on x86-64 (src/heuristics/cpu_x86.cpp) ---------------------------------------
 
-// An ISA family of the C++ target: how to compile for it, how the emitted source checks that it
-// was, and the shape of its micro-kernel's register tile.
+// An ISA family of the C++ target: how its code is compiled, how isa=native recognizes it, and
+// the shape of its micro-kernel's register tile.
 struct IsaFamily {
   Isa isa;
   std::string_view name;
-  std::span<const std::string_view> flags;  // compiler flags that enable the family
-  std::string_view guard;    // preprocessor condition true exactly when the flags are on
+  // GCC/Clang target attribute list under which the emitted source compiles this family's code
+  // (#pragma GCC target / clang attribute), so a kernel of an explicit family needs no compiler
+  // flags; "" for generic.
+  std::string_view target;
+  std::string_view guard;    // preprocessor condition true when the compiler's flags enable it
   std::string_view ukernel;  // its micro-kernel template, e.g. "cpp/ukernel/avx512.inc"
+  int64_t vec;               // f32 lanes of one vector register (1: scalar code)
   int64_t mr, nr;            // register tile: mr rows x nr f32 columns of accumulators
+  bool bf16_dot;             // has a bf16 x bf16 pair dot product (vdpbf16ps)
 };
 
 // Every concrete family, best first (generic last). Not native: native is resolved where the
@@ -36,19 +41,17 @@ struct IsaFamily {
 std::span<const IsaFamily> isa_families();
 const IsaFamily& isa_family(Isa isa);  // isa != native
 
-// Compiler flags of a spec's isa (native: -march=native).
+// Compiler flags a spec's kernel needs: none for an explicit family (its code carries target
+// attributes), -march=native for native (the compiler's flags choose the family).
 std::vector<std::string> isa_flags(Isa isa);
 
 // The best family this machine can run (cpuid), and whether it can run a given one.
 Isa host_isa();
 bool host_supports(Isa isa);
 
-// Column granularity of the packed f32 tiles in C++ kernels: a tile's tn columns are padded
-// with zeros to a multiple of this, so every family's micro-kernel works on whole column blocks
-// (a multiple of every family's nr).
-inline constexpr int64_t kPackCols = 32;
-inline constexpr int64_t packed_cols(int64_t tn) {
-  return (tn + kPackCols - 1) / kPackCols * kPackCols;
+// A tile's tn columns padded to whole register tiles of the family (nr columns).
+inline constexpr int64_t packed_cols(int64_t tn, int64_t nr) {
+  return (tn + nr - 1) / nr * nr;
 }
 
 // ---- Every target ------------------------------------------------------------------------------
@@ -57,7 +60,9 @@ inline constexpr int64_t packed_cols(int64_t tn) {
 // clipped to the problem (tk <= K, tn <= N) so small problems get small tiles.
 Tiling default_tiling(const KernelSpec& s);
 
-// Bytes of per-thread scratch the C++ kernel uses for this spec's tiling.
+// Bytes of per-thread scratch the C++ kernel uses for this spec's tiling with a family's register
+// tile, and for the spec itself (its family's, or with isa=native the largest of any family).
+int64_t scratch_bytes(const KernelSpec& s, const IsaFamily& f);
 int64_t scratch_bytes(const KernelSpec& s);
 
 // Cost as affine functions of M (the run-time row count): value(M) = per_m * M + fixed.

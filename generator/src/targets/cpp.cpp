@@ -48,12 +48,6 @@ const OpTemplate& op_template(Op op) {
   throw std::logic_error("op " + std::string(to_string(op)) + " has no C++ template");
 }
 
-std::string join(const std::vector<std::string>& v, const char* sep) {
-  std::string out;
-  for (const auto& s : v) out += (out.empty() ? "" : sep) + s;
-  return out;
-}
-
 // The dtype partials a kernel needs, once each, after the shared helpers.
 std::string render_dtypes(const KernelSpec& s, Renderer& r, const mu::data& ctx) {
   std::string text = r.render("cpp/dtypes/common.inc", ctx);
@@ -63,30 +57,58 @@ std::string render_dtypes(const KernelSpec& s, Renderer& r, const mu::data& ctx)
   return text;
 }
 
-mu::data family_context(mu::data ctx, const IsaFamily& f) {
+// The context of one ISA family's code: its register tile written out register by register
+// (rows x vecs), whether bf16 x bf16 uses its pair dot product, and the #if chain of isa=native.
+mu::data family_context(const KernelSpec& s, const IsaFamily& f, size_t index, size_t count,
+                        Renderer& r, mu::data ctx) {
+  ctx.set("family", std::string(f.name));
+  if (!f.target.empty()) ctx.set("target_attr", std::string(f.target));
   ctx.set("mr", std::to_string(f.mr));
   ctx.set("nr", std::to_string(f.nr));
+  ctx.set("nvec", std::to_string(f.nr / f.vec));
+  ctx.set("naccs", std::to_string(f.mr * f.nr / f.vec));
+  mu::data rows{mu::data::type::list}, vecs{mu::data::type::list};
+  for (int64_t i = 0; i < f.mr; ++i) rows.push_back(mu::object{{"i", std::to_string(i)}});
+  for (int64_t j = 0; j < f.nr / f.vec; ++j)
+    vecs.push_back(mu::object{{"j", std::to_string(j)}, {"off", std::to_string(j * f.vec)}});
+  ctx.set("rows", rows);
+  ctx.set("vecs", vecs);
+  const bool pairs =
+      f.bf16_dot && s.op == Op::kGmm && s.lhs == DType::kBF16 && s.rhs == DType::kBF16;
+  ctx.set("bf16_dot", mu::data(pairs));
+  ctx.set("pairs", mu::data(pairs));
+  ctx.set("scratch_bytes", std::to_string(scratch_bytes(s, f)));
+  // isa=native: one family per branch of an #if chain on the compiler's flags, best first.
+  if (count > 1) {
+    ctx.set("pp_open", index == 0          ? "#if " + std::string(f.guard)
+                       : index + 1 < count ? "#elif " + std::string(f.guard)
+                                           : std::string("#else"));
+    if (index + 1 == count) ctx.set("pp_close", "#endif");
+  }
+  ctx.set("ukernel", r.render(f.ukernel, ctx));
   return ctx;
 }
 
-// The micro-kernel: the family's file; for native, every family's behind the guards that pick
-// the best one the compiler's flags enable.
-std::string render_ukernel(const KernelSpec& s, Renderer& r, const mu::data& ctx) {
-  if (s.isa != Isa::kNative) {
-    const IsaFamily& f = isa_family(s.isa);
-    return r.render(f.ukernel, family_context(ctx, f));
-  }
-  std::string text = "// isa=native: the best family the compiler's flags enable.\n";
-  const auto families = isa_families();
-  for (size_t i = 0; i < families.size(); ++i) {
-    const IsaFamily& f = families[i];
-    text += (i == 0                    ? "#if "
-             : i + 1 < families.size() ? "#elif "
-                                       : "#else  // ") +
-            std::string(i + 1 < families.size() ? f.guard : f.name) + "\n";
-    text += r.render(f.ukernel, family_context(ctx, f));
-  }
-  return text + "#endif\n";
+// The families a kernel carries: its own, or for isa=native every family (the compiler's flags
+// pick one).
+mu::data families_context(const KernelSpec& s, Renderer& r, const mu::data& ctx) {
+  std::vector<const IsaFamily*> fams;
+  if (s.isa == Isa::kNative)
+    for (const auto& f : isa_families()) fams.push_back(&f);
+  else
+    fams.push_back(&isa_family(s.isa));
+  mu::data list{mu::data::type::list};
+  for (size_t i = 0; i < fams.size(); ++i)
+    list.push_back(family_context(s, *fams[i], i, fams.size(), r, ctx));
+  return list;
+}
+
+// A bundle compiles every kernel in one translation unit: explicit families carry their own
+// target attributes, so only isa=native kernels need flags (-march=native).
+std::vector<std::string> bundle_flags(std::span<const KernelSpec> specs) {
+  for (const auto& s : specs)
+    if (s.isa == Isa::kNative) return isa_flags(Isa::kNative);
+  return {};
 }
 
 class CppTarget final : public Target {
@@ -128,15 +150,13 @@ class CppTarget final : public Target {
     ctx.set("lhs_traits", std::string(dtype_info(s.lhs).traits));
     ctx.set("rhs_traits", std::string(dtype_info(s.rhs).traits));
     ctx.set("out_traits", std::string(dtype_info(s.out).traits));
-    ctx.set("pack_cols", std::to_string(kPackCols));
     ctx.set("scratch_bytes", std::to_string(scratch_bytes(s)));
-    if (s.isa != Isa::kNative) {
-      const IsaFamily& f = isa_family(s.isa);
-      if (f.guard != "1") ctx.set("isa_guard", std::string(f.guard));
-    }
-    ctx.set("isa_flags", join(isa_flags(s.isa), " "));
+    ctx.set("intrinsics", mu::data(s.isa == Isa::kNative || isa_family(s.isa).vec > 1));
+    for (const auto& d : dtype_table())
+      ctx.set("uses_" + std::string(d.name),
+              mu::data(s.lhs == d.id || s.rhs == d.id || s.out == d.id));
     ctx.set("dtypes", render_dtypes(s, r, ctx));
-    ctx.set("ukernel", render_ukernel(s, r, ctx));
+    ctx.set("families", families_context(s, r, ctx));
     r.file(kAbiHeader);  // the source includes it: part of what the kernel is made of
     return {{id.name + ".h", r.render("cpp/kernel.h", ctx)},
             {id.name + ".cpp", r.render(op.path, ctx)}};
@@ -170,11 +190,6 @@ class CppTarget final : public Target {
                        });
     if (!ident)
       throw SpecError("bundle='" + bundle + "' must be a C identifier ([A-Za-z_][A-Za-z0-9_]*)");
-    for (const auto& s : specs)
-      if (s.isa != specs.front().isa)
-        throw SpecError("bundle '" + bundle + "': every kernel must share one isa (found " +
-                        std::string(to_string(specs.front().isa)) + " and " +
-                        std::string(to_string(s.isa)) + ")");
     mu::data kernels{mu::data::type::list};
     for (const auto& id : ids) {
       mu::data entry;
@@ -192,8 +207,7 @@ class CppTarget final : public Target {
                 {"files", {dir + bundle + ".h", dir + bundle + ".cpp"}},
                 {"table", bundle + "_kernels"},
                 {"count", bundle + "_kernel_count"},
-                {"compile_flags",
-                 specs.empty() ? std::vector<std::string>{} : isa_flags(specs.front().isa)}};
+                {"compile_flags", bundle_flags(specs)}};
     return {{bundle + ".h", r.render("cpp/bundle.h", ctx)},
             {bundle + ".cpp", r.render("cpp/bundle.cpp", ctx)}};
   }
