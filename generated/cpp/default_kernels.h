@@ -4,14 +4,14 @@
 #define GMMGEN_BUNDLE_default_kernels_H_
 
 #include "gmmgen/kernel_abi.h"
-#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_95dd05a4.h"
-#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_1368eccb.h"
-#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_e76f7727.h"
-#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_fd83b689.h"
-#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_fc93f498.h"
-#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_99b07c65.h"
-#include "tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_c171464e.h"
-#include "tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_2bf728d9.h"
+#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_a2f066c2.h"
+#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_de391aef.h"
+#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_d8b173b0.h"
+#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_8e1273ef.h"
+#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_6aa5a15b.h"
+#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_e17debc7.h"
+#include "tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_bade53c6.h"
+#include "tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_94cf0eea.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -32,5 +32,6 @@ Command add_describe(CLI::App& app);
 Command add_list(CLI::App& app);
 Command add_verify(CLI::App& app);
 Command add_cache(CLI::App& app);
+Command add_bench(CLI::App& app);
 
 }  // namespace gmmgen::cli

@@ -17,11 +17,17 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
+// Guided self-scheduling: each grab takes a share of what is left (at least one item), so early
+// grabs are large (little atomic traffic) and the last ones single items: work whose items differ
+// in cost (a skewed group holds most rows) still ends on all threads at once.
 void ThreadPool::run_chunks() {
-  for (;;) {
-    const int64_t begin = next_.fetch_add(chunk_, std::memory_order_relaxed);
-    if (begin >= count_) return;
-    (*fn_)(begin, std::min(begin + chunk_, count_));
+  const int64_t divisor = 2 * int64_t(size());
+  for (int64_t begin = next_.load(std::memory_order_relaxed);;) {
+    const int64_t left = count_ - begin;
+    if (left <= 0) return;
+    const int64_t take = std::max<int64_t>(1, left / divisor);
+    if (next_.compare_exchange_weak(begin, begin + take, std::memory_order_relaxed))
+      (*fn_)(begin, begin + take), begin = next_.load(std::memory_order_relaxed);
   }
 }
 
@@ -53,8 +59,6 @@ void ThreadPool::parallel_for(int64_t count, const std::function<void(int64_t, i
     std::lock_guard<std::mutex> lock(mutex_);
     fn_ = &fn;
     count_ = count;
-    // About four chunks per thread balances uneven items without much atomic traffic.
-    chunk_ = std::max<int64_t>(1, count / (4 * int64_t(size())));
     next_.store(0, std::memory_order_relaxed);
     active_ = int(workers_.size());
     ++generation_;

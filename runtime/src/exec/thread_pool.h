@@ -38,7 +38,7 @@ class ThreadPool {
   uint64_t generation_ = 0;
   bool stop_ = false;
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
-  int64_t count_ = 0, chunk_ = 1;
+  int64_t count_ = 0;
   std::atomic<int64_t> next_{0};
   int active_ = 0;  // workers still inside the current job
 };
