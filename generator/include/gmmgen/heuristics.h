@@ -49,6 +49,12 @@ std::vector<std::string> isa_flags(Isa isa);
 Isa host_isa();
 bool host_supports(Isa isa);
 
+// gmm items whose rows fill at most this many register tiles (small groups: the weights stream
+// from memory) spread the prefetch of the next k-block of weights over all their tiles; larger
+// items let the first tile prefetch it (measured on Zen 4, S1-S4: 4 beats 1 and 16 on S3/S4 by
+// 5-20% and leaves S1/S2 unchanged).
+inline constexpr int64_t kPrefetchSpreadTiles = 4;
+
 // A tile's tn columns padded to whole register tiles of the family (nr columns).
 inline constexpr int64_t packed_cols(int64_t tn, int64_t nr) {
   return (tn + nr - 1) / nr * nr;
