@@ -2,26 +2,26 @@
 // Bundle: default_kernels: every kernel of one spec set in one translation unit, and a table of
 // their entry points for registries (gmmgen_kernel_entry, see gmmgen/kernel_abi.h).
 #include "default_kernels.h"
-#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_01efb3f3.cpp"
-#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_d8ab3f71.cpp"
-#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_b246a932.cpp"
-#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_67b86a12.cpp"
-#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_7e5842ab.cpp"
-#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_778a5451.cpp"
-#include "tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_006f66d9.cpp"
-#include "tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_968324fc.cpp"
+#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_9fa0fbf8.cpp"
+#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_475cbf80.cpp"
+#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_247cfb50.cpp"
+#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_14be67ec.cpp"
+#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_149bc4c0.cpp"
+#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_74e2feda.cpp"
+#include "tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_25d5420f.cpp"
+#include "tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_feccacfe.cpp"
 
 extern "C" {
 
 const gmmgen_kernel_entry default_kernels_kernels[] = {
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_01efb3f3),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_d8ab3f71),
-    GMMGEN_KERNEL_ENTRY(gmm_f32xf32_f32_k256_n384_g16_t32x128x64_b246a932),
-    GMMGEN_KERNEL_ENTRY(gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_67b86a12),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_7e5842ab),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_778a5451),
-    GMMGEN_KERNEL_ENTRY(tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_006f66d9),
-    GMMGEN_KERNEL_ENTRY(tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_968324fc),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_9fa0fbf8),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_475cbf80),
+    GMMGEN_KERNEL_ENTRY(gmm_f32xf32_f32_k256_n384_g16_t32x128x64_247cfb50),
+    GMMGEN_KERNEL_ENTRY(gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_14be67ec),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_149bc4c0),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_74e2feda),
+    GMMGEN_KERNEL_ENTRY(tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_25d5420f),
+    GMMGEN_KERNEL_ENTRY(tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_feccacfe),
 };
 const int32_t default_kernels_kernel_count = 8;
 

@@ -4,14 +4,14 @@
 #define GMMGEN_BUNDLE_default_kernels_H_
 
 #include "gmmgen/kernel_abi.h"
-#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_01efb3f3.h"
-#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_d8ab3f71.h"
-#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_b246a932.h"
-#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_67b86a12.h"
-#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_7e5842ab.h"
-#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_778a5451.h"
-#include "tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_006f66d9.h"
-#include "tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_968324fc.h"
+#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_9fa0fbf8.h"
+#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_475cbf80.h"
+#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_247cfb50.h"
+#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_14be67ec.h"
+#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_149bc4c0.h"
+#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_74e2feda.h"
+#include "tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_25d5420f.h"
+#include "tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_feccacfe.h"
 
 #ifdef __cplusplus
 extern "C" {

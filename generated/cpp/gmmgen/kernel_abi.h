@@ -15,11 +15,13 @@
  *       GMMGEN_ERR_INVALID_ARGUMENT and a message naming it in err), then builds the grid
  *       metadata into workspace and sets *num_items, the count of independent work items.
  *
- *   int <name>_run_items(const gmmgen_args* args, const void* workspace,
+ *   int <name>_run_items(const gmmgen_args* args, void* workspace,
  *                        int64_t begin, int64_t end);
  *       Runs work items [begin, end). Items write disjoint parts of the output and may run in
  *       any order on any threads; together they write every output element exactly once.
- *       Results do not depend on how items are split among threads.
+ *       Results do not depend on how items are split among threads. Each item of a plan runs
+ *       exactly once (items may update counters in the workspace: tgmm adds the partial sums
+ *       of a split group when its last slice finishes).
  *
  *   int <name>(const gmmgen_args* args, char* err, size_t err_len);
  *       Convenience: plan + run every item on the calling thread (allocates the workspace).
@@ -48,7 +50,7 @@ extern "C" {
 #endif
 
 /* Bumped on any incompatible change of the structs or function signatures below. */
-#define GMMGEN_ABI_VERSION 1
+#define GMMGEN_ABI_VERSION 2
 
 /* Return codes. */
 #define GMMGEN_OK 0
@@ -131,7 +133,7 @@ typedef struct gmmgen_args {
     (const gmmgen_args* args, void* workspace, int64_t workspace_bytes, int64_t* num_items, \
      char* err, size_t err_len))                                                            \
   X(ARG, int, run_items, _run_items,                                                        \
-    (const gmmgen_args* args, const void* workspace, int64_t begin, int64_t end))           \
+    (const gmmgen_args* args, void* workspace, int64_t begin, int64_t end))           \
   X(ARG, int, run, , (const gmmgen_args* args, char* err, size_t err_len))                  \
   X(ARG, int, make_group_metadata, _make_group_metadata,                                    \
     (const int32_t* group_sizes, int32_t num_groups, int64_t m, int32_t start_group,        \

@@ -55,6 +55,16 @@ bool host_supports(Isa isa);
 // 5-20% and leaves S1/S2 unchanged).
 inline constexpr int64_t kPrefetchSpreadTiles = 4;
 
+// tgmm load balance: a group of at least 2 * kSplitChunks * tm rows whose output has fewer than
+// kSplitMaxTiles tiles (and at most kSplitMaxElements elements, so the partial sums stay small)
+// is summed in up to kSlicesPerGroup slices of rows, each a work item of its own; at most
+// kMaxSlices slices per call. The last slice to finish adds the partial sums in slice order.
+inline constexpr int64_t kSplitChunks = 4;
+inline constexpr int64_t kSplitMaxTiles = 16;
+inline constexpr int64_t kSplitMaxElements = int64_t{1} << 20;
+inline constexpr int64_t kSlicesPerGroup = 8;
+inline constexpr int64_t kMaxSlices = 32;
+
 // A tile's tn columns padded to whole register tiles of the family (nr columns).
 inline constexpr int64_t packed_cols(int64_t tn, int64_t nr) {
   return (tn + nr - 1) / nr * nr;

@@ -152,6 +152,11 @@ class CppTarget final : public Target {
     ctx.set("rhs_traits", std::string(dtype_info(s.rhs).traits));
     ctx.set("out_traits", std::string(dtype_info(s.out).traits));
     ctx.set("scratch_bytes", std::to_string(scratch_bytes(s)));
+    ctx.set("split_chunks", std::to_string(kSplitChunks));
+    ctx.set("split_max_tiles", std::to_string(kSplitMaxTiles));
+    ctx.set("split_max_elements", std::to_string(kSplitMaxElements));
+    ctx.set("slices_per_group", std::to_string(kSlicesPerGroup));
+    ctx.set("max_slices", std::to_string(kMaxSlices));
     ctx.set("intrinsics", mu::data(s.isa == Isa::kNative || isa_family(s.isa).vec > 1));
     for (const auto& d : dtype_table())
       ctx.set("uses_" + std::string(d.name),
