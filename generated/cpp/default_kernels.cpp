@@ -2,26 +2,26 @@
 // Bundle: default_kernels: every kernel of one spec set in one translation unit, and a table of
 // their entry points for registries (gmmgen_kernel_entry, see gmmgen/kernel_abi.h).
 #include "default_kernels.h"
-#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_9fa0fbf8.cpp"
-#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_475cbf80.cpp"
-#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_247cfb50.cpp"
-#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_14be67ec.cpp"
-#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_149bc4c0.cpp"
-#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_74e2feda.cpp"
-#include "tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_25d5420f.cpp"
-#include "tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_feccacfe.cpp"
+#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_4876ce82.cpp"
+#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_a070339a.cpp"
+#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_cb3e17d0.cpp"
+#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_9648a667.cpp"
+#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_4a1352c9.cpp"
+#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_f239444c.cpp"
+#include "tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_7309e9c5.cpp"
+#include "tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_036370d2.cpp"
 
 extern "C" {
 
 const gmmgen_kernel_entry default_kernels_kernels[] = {
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_9fa0fbf8),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_475cbf80),
-    GMMGEN_KERNEL_ENTRY(gmm_f32xf32_f32_k256_n384_g16_t32x128x64_247cfb50),
-    GMMGEN_KERNEL_ENTRY(gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_14be67ec),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_149bc4c0),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_74e2feda),
-    GMMGEN_KERNEL_ENTRY(tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_25d5420f),
-    GMMGEN_KERNEL_ENTRY(tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_feccacfe),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_4876ce82),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_a070339a),
+    GMMGEN_KERNEL_ENTRY(gmm_f32xf32_f32_k256_n384_g16_t32x128x64_cb3e17d0),
+    GMMGEN_KERNEL_ENTRY(gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_9648a667),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_4a1352c9),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_f239444c),
+    GMMGEN_KERNEL_ENTRY(tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_7309e9c5),
+    GMMGEN_KERNEL_ENTRY(tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_036370d2),
 };
 const int32_t default_kernels_kernel_count = 8;
 

@@ -4,14 +4,14 @@
 #define GMMGEN_BUNDLE_default_kernels_H_
 
 #include "gmmgen/kernel_abi.h"
-#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_9fa0fbf8.h"
-#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_475cbf80.h"
-#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_247cfb50.h"
-#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_14be67ec.h"
-#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_149bc4c0.h"
-#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_74e2feda.h"
-#include "tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_25d5420f.h"
-#include "tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_feccacfe.h"
+#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_4876ce82.h"
+#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_a070339a.h"
+#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_cb3e17d0.h"
+#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_9648a667.h"
+#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_4a1352c9.h"
+#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_f239444c.h"
+#include "tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_7309e9c5.h"
+#include "tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_036370d2.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -183,10 +183,10 @@ TEST(Spec, TgmmHeuristics) {
   EXPECT_EQ(96, s.tiling.tk);
   EXPECT_EQ(48, s.tiling.tn);  // clipped to N
   // The f32 output tile [tk][tn'] (tn' = tn in whole 16-column avx2 register tiles), a chunk of
-  // tm rows of lhs [tm][tk] and of one rhs panel [tm][16], all f32.
+  // tm rows of lhs [tm][tk] and of rhs [tm][tn'], all f32.
   EXPECT_EQ(48, packed_cols(48, 16));
   EXPECT_EQ(64, packed_cols(48, 64));
-  EXPECT_EQ((96 * 48 + 256 * 96 + 256 * 16) * 4, scratch_bytes(s));
+  EXPECT_EQ((96 * 48 + 256 * 96 + 256 * 48) * 4, scratch_bytes(s));
   // isa=native bounds every family's.
   KernelSpec native = s;
   native.isa = Isa::kNative;

@@ -133,7 +133,7 @@ typedef struct gmmgen_args {
     (const gmmgen_args* args, void* workspace, int64_t workspace_bytes, int64_t* num_items, \
      char* err, size_t err_len))                                                            \
   X(ARG, int, run_items, _run_items,                                                        \
-    (const gmmgen_args* args, void* workspace, int64_t begin, int64_t end))           \
+    (const gmmgen_args* args, void* workspace, int64_t begin, int64_t end))                 \
   X(ARG, int, run, , (const gmmgen_args* args, char* err, size_t err_len))                  \
   X(ARG, int, make_group_metadata, _make_group_metadata,                                    \
     (const int32_t* group_sizes, int32_t num_groups, int64_t m, int32_t start_group,        \

@@ -26,13 +26,13 @@ const std::array<IsaFamily, 4> kFamilies{{
      "defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && "
      "defined(__AVX512VL__) && defined(__AVX512BF16__) && defined(__AVX512VNNI__) && "
      "defined(__FMA__) && defined(__F16C__)",
-     "cpp/ukernel/avx512bf16.inc", 16, 6, 64, true},
+     "cpp/ukernel/avx512bf16.inc", 16, 6, 64, true, true},
     {Isa::kAvx512, "avx512", "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c", kAvx512Guard,
-     "cpp/ukernel/avx512.inc", 16, 6, 64, false},
+     "cpp/ukernel/avx512.inc", 16, 6, 64, false, true},
     {Isa::kAvx2, "avx2", "avx2,fma,f16c",
      "defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)", "cpp/ukernel/avx2.inc", 8, 6, 16,
-     false},
-    {Isa::kGeneric, "generic", "", "1", "cpp/ukernel/generic.inc", 1, 4, 16, false},
+     false, false},
+    {Isa::kGeneric, "generic", "", "1", "cpp/ukernel/generic.inc", 1, 4, 16, false, false},
 }};
 
 struct CpuFeatures {
@@ -132,10 +132,10 @@ int64_t scratch_bytes(const KernelSpec& s, const IsaFamily& f) {
   int64_t floats = 0;
   if (s.op == Op::kTgmm) {
     // The output tile [rows][cols] (rows over k, or over n when out is transposed) as f32, and a
-    // chunk of tm group rows of the A operand [tm][rows] and of one B panel [tm][nr] in f32.
+    // chunk of tm group rows of the A operand [tm][rows] and of the B operand [tm][cols] in f32.
     const bool t = s.transpose_rhs;
     const int64_t rows = t ? tn : tk, cols = packed_cols(t ? tk : tn, f.nr);
-    floats = rows * cols + tm * rows + tm * f.nr;
+    floats = rows * cols + tm * rows + tm * cols;
   } else {
     // The f32 accumulator [tm][tn'], the packed rhs block [tk'][tn'] (tk' even for bf16 pairs),
     // and mr lhs rows converted to f32 [mr][tk].
