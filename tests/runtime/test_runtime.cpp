@@ -13,12 +13,16 @@
 #include <thread>
 
 #include "gmmgen/heuristics.h"
+#include "gmmgen/naming.h"
 #include "gmmgen/runtime.hpp"
 #include "gmmgen/runtime_c.h"
 #include "gmmgen/verify/reference.h"
 #include "jit/disk_cache.h"
 #include "jit/toolchain.h"
 #include "test_kernels.h"
+#include "test_kernels_avx2.h"
+#include "test_kernels_avx512bf16.h"
+#include "test_kernels_generic.h"
 
 namespace gmmgen {
 namespace {
@@ -318,6 +322,30 @@ TEST_F(RuntimeTest, CompiledInKernelServesItsProblemWhateverItsTiling) {
   // Another problem (K differs) is not served by it.
   Problem q(50, s.k + 1, s.n, s.g);
   EXPECT_THROW(q.run(rt), JitDisabledError);
+}
+
+// A bundle may carry one spec in several ISA families: dispatch takes the best the CPU runs, and
+// registration leaves out the ones it cannot run.
+TEST_F(RuntimeTest, CompiledInFamiliesBestFirst) {
+  RuntimeOptions o = options();
+  o.jit = false;
+  Runtime rt(o);
+  rt.register_kernels(test_kernels_generic_kernels, test_kernels_generic_kernel_count);
+  rt.register_kernels(test_kernels_avx2_kernels, test_kernels_avx2_kernel_count);
+  rt.register_kernels(test_kernels_avx512bf16_kernels, test_kernels_avx512bf16_kernel_count);
+  const KernelSpec s = parse_text(test_kernels_generic_kernels[0].info()->spec);
+  Problem p(50, s.k, s.n, s.g);
+  KernelSpec problem = rt.gmm_spec(p.lhs_view(), p.rhs_view(), p.sizes, p.out_view());
+  // The kernel the call gets: the best family this CPU runs among the registered ones.
+  const Isa want = host_supports(Isa::kAvx512Bf16) ? Isa::kAvx512Bf16
+                   : host_supports(Isa::kAvx2)     ? Isa::kAvx2
+                                                   : Isa::kGeneric;
+  p.run(rt);
+  p.expect_correct();
+  EXPECT_EQ(1, rt.stats().registry_hits);
+  problem.isa = want;
+  problem.tiling = s.tiling;
+  EXPECT_EQ(kernel_name(problem), rt.kernel(problem).info()->name);
 }
 
 TEST_F(RuntimeTest, ResultsAreBitIdenticalAcrossThreadCounts) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <tuple>
 
 #include "gmmgen/errors.hpp"
 #include "gmmgen/heuristics.h"
@@ -52,14 +53,30 @@ const gmmgen_kernel_entry* Registry::exact(const KernelSpec& spec) const {
   return nullptr;
 }
 
+namespace {
+// Rank of an ISA family, best first (native: the host's best, which it was compiled for).
+size_t family_rank(Isa isa) {
+  const Isa resolved = isa == Isa::kNative ? host_isa() : isa;
+  const auto families = isa_families();
+  for (size_t i = 0; i < families.size(); ++i)
+    if (families[i].isa == resolved) return i;
+  return families.size();
+}
+}  // namespace
+
+// Among the kernels of a problem: the best ISA family this CPU runs (a bundle may carry several
+// families of one spec), then the requested tiling, then the first registered.
 const gmmgen_kernel_entry* Registry::for_problem(const KernelSpec& spec) const {
   std::shared_lock<std::shared_mutex> lock(mutex_);
   auto [lo, hi] = by_problem_.equal_range(spec);
   const Entry* best = nullptr;
+  auto key = [&](const Entry& e, size_t index) {
+    return std::tuple(family_rank(e.spec.isa), e.spec.tiling == spec.tiling ? 0 : 1, index);
+  };
+  size_t best_index = 0;
   for (auto it = lo; it != hi; ++it) {
     const Entry& e = entries_[it->second];
-    if (e.spec.tiling == spec.tiling) return &e.fns;
-    if (!best || it->second < size_t(best - entries_.data())) best = &e;
+    if (!best || key(e, it->second) < key(*best, best_index)) best = &e, best_index = it->second;
   }
   return best ? &best->fns : nullptr;
 }
