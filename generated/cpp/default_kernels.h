@@ -4,14 +4,14 @@
 #define GMMGEN_BUNDLE_default_kernels_H_
 
 #include "gmmgen/kernel_abi.h"
-#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_4876ce82.h"
-#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_a070339a.h"
-#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_cb3e17d0.h"
-#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_9648a667.h"
-#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_4a1352c9.h"
-#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_f239444c.h"
-#include "tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_7309e9c5.h"
-#include "tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_036370d2.h"
+#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_18d9a9d3.h"
+#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_3c27d95f.h"
+#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_0bb39612.h"
+#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_06c5b4ab.h"
+#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_8596005f.h"
+#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_f8e24dd8.h"
+#include "tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_d3512ef4.h"
+#include "tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_b5b7d292.h"
 
 #ifdef __cplusplus
 extern "C" {
