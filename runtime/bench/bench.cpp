@@ -82,6 +82,8 @@ bool baseline_available(BaselineKind k) {
 }
 
 nlohmann::ordered_json Row::to_json() const {
+  // A row whose output failed its check reports no speed (null), so no script picks it up.
+  const auto speed = [&](double v) { return ok ? nlohmann::ordered_json(v) : nullptr; };
   return {{"shape", shape},
           {"op", op},
           {"lhs", lhs},
@@ -92,14 +94,14 @@ nlohmann::ordered_json Row::to_json() const {
           {"k", k},
           {"n", n},
           {"g", g},
-          {"ms", ms},
-          {"gflops", gflops},
+          {"ms", speed(ms)},
+          {"gflops", speed(gflops)},
           {"baseline", baseline},
           {"baseline_ms", baseline_ms},
           {"baseline_gflops", baseline_gflops},
-          {"ratio", ratio},
+          {"ratio", speed(ratio)},
           {"peak_gflops", peak_gflops},
-          {"peak_fraction", peak_fraction},
+          {"peak_fraction", speed(peak_fraction)},
           {"ok", ok},
           {"failure", failure}};
 }
@@ -222,6 +224,8 @@ Row run(Runtime& rt, const KernelSpec& spec, const Workload& work, const Options
   }
   row.ok = check.failure.empty();
   row.failure = check.failure;
+  if (!row.ok)
+    row.ms = row.gflops = row.ratio = row.peak_fraction = 0;  // a wrong kernel has no speed
   return row;
 }
 
