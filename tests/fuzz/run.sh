@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer target over spec text, spec JSON and kernel names (clang++ with
+# -fsanitize=fuzzer,address,undefined) in a fresh temporary folder and runs it.
+#   tests/fuzz/run.sh [SECONDS=60] [more libFuzzer options...]
+# Exits non-zero on any finding (crash, leak, undefined behaviour, an exception other than
+# gmmgen::SpecError, a broken round trip); the crashing input is printed in base64. Needs clang,
+# libfuzzer-14-dev and libclang-rt-14-dev (Debian 12), plus gmm-gen's own build dependencies.
+# CXX/CC override the compilers (default clang++/clang).
+set -euo pipefail
+seconds=${1:-60}
+[ $# -gt 0 ] && shift
+here=$(cd "$(dirname "$0")" && pwd)
+work=$(mktemp -d "${TMPDIR:-/tmp}/gmmgen-fuzz.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+
+echo "fuzz: building in $work"
+if ! cmake -S "$here" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+     -DCMAKE_CXX_COMPILER="${CXX:-clang++}" -DCMAKE_C_COMPILER="${CC:-clang}" \
+     >"$work/build.log" 2>&1 ||
+   ! cmake --build "$work/build" --target spec_fuzzer >>"$work/build.log" 2>&1; then
+  cat "$work/build.log"
+  echo "fuzz: the build failed" >&2
+  exit 1
+fi
+
+# New inputs go to a scratch corpus (first folder); the checked-in seeds are only read.
+mkdir "$work/corpus" "$work/artifacts"
+status=0
+"$work/build/spec_fuzzer" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=4096 \
+  -max_len=65536 -print_final_stats=1 -artifact_prefix="$work/artifacts/" "$@" \
+  "$work/corpus" "$here/corpus" >"$work/fuzz.log" 2>&1 || status=$?
+runs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$work/fuzz.log" | tail -n 1)
+if [ "$status" -ne 0 ]; then
+  tail -n 80 "$work/fuzz.log"
+  for f in "$work"/artifacts/*; do
+    [ -e "$f" ] || continue
+    echo "fuzz: finding $(basename "$f") (base64):"
+    base64 "$f"
+  done
+  echo "fuzz: FINDING after ${runs:-?} executions (exit $status)" >&2
+  exit 1
+fi
+tail -n 3 "$work/fuzz.log"
+echo "fuzz: ${runs:-0} executions in ${seconds} s, no finding"
