@@ -29,15 +29,22 @@ Command add_cache(CLI::App& app) {
               return 0;
             }
             uintmax_t total = 0;
-            const auto entries = cache.list();
-            for (const auto& e : entries) {
+            size_t count = 0;
+            for (const auto& e : cache.list()) {
+              if (!e.note.empty()) {  // a link or a stray file: named, never followed
+                std::cout << e.key << "  (" << e.note << ")\n";
+                continue;
+              }
+              ++count;
               total += e.bytes;
-              const std::string name =
-                  e.entry.is_object() ? e.entry.value("name", "?") : "(unreadable entry)";
-              std::cout << e.key << "  " << e.bytes << " B  " << name << "\n";
+              const auto name = e.entry.is_object() ? e.entry.find("name") : e.entry.end();
+              std::cout << e.key << "  " << e.bytes << " B  "
+                        << (name != e.entry.end() && name->is_string() ? name->get<std::string>()
+                                                                       : "(unreadable entry)")
+                        << "\n";
             }
-            std::cout << entries.size() << " entries, " << total << " bytes in "
-                      << cache.root().string() << "\n";
+            std::cout << count << " entries, " << total << " bytes in " << cache.root().string()
+                      << "\n";
             return 0;
           }};
 }

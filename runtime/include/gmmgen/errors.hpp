@@ -12,14 +12,16 @@ class InvalidArgument : public std::invalid_argument {
   using std::invalid_argument::invalid_argument;
 };
 
-// The compiler failed, could not be run, or timed out; the message has its command line and
+// The compiler failed, could not be run, ran past GMMGEN_COMPILE_TIMEOUT, wrote no object, or
+// wrote one that does not load (also after one rebuild); the message has its command line and
 // output. C API: GMMGEN_ERR_COMPILE.
 class CompileError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
 };
 
-// The disk cache is unusable or unsafe (ownership, permissions, I/O). C API: GMMGEN_ERR_CACHE.
+// The disk cache is unusable or unsafe: ownership, permissions, I/O (a full disk, a read-only
+// folder), with the system's reason. C API: GMMGEN_ERR_CACHE.
 class CacheError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;

@@ -16,8 +16,11 @@
 extern "C" {
 #endif
 
-#define GMMGEN_ERR_COMPILE 5      /* the compiler failed or could not be run; err has its output */
-#define GMMGEN_ERR_CACHE 6        /* the disk cache is unusable or unsafe (ownership/permissions) */
+/* The compiler failed, could not be run, ran past GMMGEN_COMPILE_TIMEOUT, or built an object that
+ * does not load (also after one rebuild); err has the command and its output. */
+#define GMMGEN_ERR_COMPILE 5
+/* The disk cache is unusable or unsafe: ownership, permissions, I/O (full disk, read-only). */
+#define GMMGEN_ERR_CACHE 6
 #define GMMGEN_ERR_JIT_DISABLED 7 /* a compile was needed but GMMGEN_DISABLE_JIT=1 */
 #define GMMGEN_ERR_INTERNAL 8     /* anything else */
 
@@ -61,7 +64,7 @@ typedef struct gmmgen_runtime_stats {
 typedef struct gmmgen_runtime gmmgen_runtime;
 
 /* Creates a runtime configured from the environment (GMMGEN_CACHE_DIR, GMMGEN_NUM_THREADS,
- * GMMGEN_DISABLE_JIT, GMMGEN_LOG, GMMGEN_CXX, GMMGEN_CXXFLAGS). */
+ * GMMGEN_DISABLE_JIT, GMMGEN_LOG, GMMGEN_CXX, GMMGEN_CXXFLAGS, GMMGEN_COMPILE_TIMEOUT). */
 int gmmgen_runtime_create(gmmgen_runtime** runtime, char* err, size_t err_len);
 void gmmgen_runtime_destroy(gmmgen_runtime* runtime);
 
@@ -87,7 +90,9 @@ int gmmgen_runtime_gmm_vjp(gmmgen_runtime* runtime, const gmmgen_tensor* dout,
 int gmmgen_runtime_warmup(gmmgen_runtime* runtime, const char* spec_text, char* err,
                           size_t err_len);
 
-/* Registers kernels compiled into the program (a bundle's table). */
+/* Registers kernels compiled into the program (a bundle's table). Every entry is checked first
+ * (non-NULL entry points, info() non-NULL with this ABI version and non-NULL strings, a spec
+ * that parses): GMMGEN_ERR_INVALID_ARGUMENT naming table[i] and nothing registered otherwise. */
 int gmmgen_runtime_register(gmmgen_runtime* runtime, const gmmgen_kernel_entry* table,
                             int32_t count, char* err, size_t err_len);
 

@@ -8,7 +8,7 @@
 #include "gmmgen/runtime_c.h"
 
 struct gmmgen_runtime {
-  gmmgen::Runtime rt;
+  gmmgen::Runtime rt{gmmgen::RuntimeOptions{}};  // Runtime's constructor is explicit
 };
 
 namespace {
@@ -79,7 +79,7 @@ extern "C" {
 int gmmgen_runtime_create(gmmgen_runtime** runtime, char* err, size_t err_len) {
   return guarded(err, err_len, [&] {
     if (!runtime) throw gmmgen::InvalidArgument("runtime is NULL");
-    *runtime = new gmmgen_runtime{};
+    *runtime = new gmmgen_runtime();
   });
 }
 

@@ -22,18 +22,22 @@ void Registry::add(const gmmgen_kernel_entry* table, int32_t count,
     GMMGEN_ENTRY_POINTS(GMMGEN_CHECK_, ~)
 #undef GMMGEN_CHECK_
     const gmmgen_kernel_info* info = table[i].info();
-    if (!info || info->abi_version != GMMGEN_ABI_VERSION)
-      throw InvalidArgument(at + " has ABI version " +
-                            std::to_string(info ? info->abi_version : 0) + ", expected " +
-                            std::to_string(GMMGEN_ABI_VERSION));
+    if (!info) throw InvalidArgument(at + ".info() returned NULL");
+    if (info->abi_version != GMMGEN_ABI_VERSION)
+      throw InvalidArgument(at + " has ABI version " + std::to_string(info->abi_version) +
+                            ", expected " + std::to_string(GMMGEN_ABI_VERSION));
+    // The strings are used later (messages, near misses): a NULL one is refused here.
+    for (const auto& [field, value] :
+         {std::pair{"name", info->name}, {"spec", info->spec}, {"hash", info->hash}})
+      if (!value) throw InvalidArgument(at + ".info()->" + field + " is NULL");
     KernelSpec spec;
     try {
-      spec = parse_text(info->spec ? info->spec : "");
+      spec = parse_text(info->spec);
     } catch (const SpecError& e) {
       throw InvalidArgument(at + ": its spec does not parse: " + e.what());
     }
     if (!host_supports(spec.isa)) {
-      if (skipped) skipped->push_back(info->name ? info->name : "?");
+      if (skipped) skipped->push_back(info->name);
       continue;
     }
     added.push_back({spec, table[i]});

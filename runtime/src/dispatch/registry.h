@@ -15,8 +15,9 @@ namespace gmmgen {
 class Registry {
  public:
   // Adds a bundle's table. Kernels whose ISA family this CPU cannot run are skipped (returned
-  // in `skipped`). Throws InvalidArgument for a NULL table or entry, a kernel of another ABI
-  // version, or one whose spec does not parse; nothing is added then.
+  // in `skipped`). Throws InvalidArgument naming the entry for a NULL table, a NULL entry point,
+  // an info() that returns NULL or NULL strings, a kernel of another ABI version, or one whose
+  // spec does not parse; nothing is added then.
   void add(const gmmgen_kernel_entry* table, int32_t count, std::vector<std::string>* skipped);
 
   // The compiled-in kernel of exactly this spec (every field), or nullptr.

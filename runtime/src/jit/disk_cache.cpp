@@ -11,7 +11,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
-#include <random>
 #include <sstream>
 
 #include "gmmgen/hash.h"
@@ -56,17 +55,40 @@ void fsync_path(const fs::path& p, bool dir) {
   if (rc != 0) throw CacheError("cache: fsync " + p.string() + ": " + std::strerror(errno));
 }
 
-std::string unique_suffix() {
-  static thread_local std::mt19937_64 rng(std::random_device{}());
-  return std::to_string(getpid()) + "-" + std::to_string(rng());
+// A fresh private folder <prefix>-XXXXXX under parent (mkdtemp: never a predictable name).
+fs::path make_temp_dir(const fs::path& parent, const std::string& prefix) {
+  std::string templ = (parent / (prefix + "-XXXXXX")).string();
+  if (!mkdtemp(templ.data()))
+    throw CacheError("cache: cannot create a folder in " + parent.string() + ": " +
+                     std::strerror(errno));
+  return templ;
+}
+
+// Runs fn, turning the library's filesystem and JSON errors into CacheError, so that callers
+// see the cache's error type (a full disk, a read-only root) and nothing else.
+template <typename Fn>
+auto cache_errors(const std::string& what, Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const fs::filesystem_error& e) {
+    throw CacheError("cache: " + what + ": " + e.what());
+  } catch (const nlohmann::json::exception& e) {
+    throw CacheError("cache: " + what + ": " + e.what());
+  }
 }
 
 // Removes a folder by first renaming it out of the way (so readers never see half of it).
 void discard(const fs::path& root, const fs::path& dir) {
-  const fs::path trash = root / ".tmp" / ("trash-" + unique_suffix());
   std::error_code ec;
-  fs::rename(dir, trash, ec);
-  fs::remove_all(ec ? dir : trash, ec);
+  fs::path trash;
+  try {
+    trash = make_temp_dir(root / ".tmp", "trash");
+    fs::rename(dir, trash / "old", ec);
+  } catch (const CacheError&) {
+    ec = std::make_error_code(std::errc::io_error);
+  }
+  if (ec) fs::remove_all(dir, ec);  // could not move it: remove it where it is
+  if (!trash.empty()) fs::remove_all(trash, ec);
 }
 
 // flock-held lock file, released on destruction.
@@ -128,7 +150,9 @@ DiskCache::State DiskCache::check(const std::string& key, std::string* why) cons
   require_safe(root_, true);
   require_safe(dir, true);
   const fs::path json_path = dir / "entry.json", so = dir / "kernel.so";
-  if (!fs::exists(json_path) || !fs::exists(so)) return corrupt("entry is incomplete");
+  struct stat so_st;
+  if (lstat(json_path.c_str(), &st) != 0 || lstat(so.c_str(), &so_st) != 0)
+    return corrupt("entry is incomplete");
   require_safe(json_path, false);
   require_safe(so, false);
   nlohmann::json entry;
@@ -138,94 +162,147 @@ DiskCache::State DiskCache::check(const std::string& key, std::string* why) cons
   } catch (const std::exception& e) {
     return corrupt(std::string("entry.json is unreadable: ") + e.what());
   }
-  if (entry.value("key", "") != key) return corrupt("entry.json names another key");
-  if (entry.value("so_bytes", uintmax_t{0}) != fs::file_size(so))
-    return corrupt("kernel.so has the wrong size (truncated?)");
-  if (entry.value("so_hash", "") != file_hash(so)) return corrupt("kernel.so has the wrong hash");
+  // Every field is checked for its type: entry.json is data, and bad data means rebuild.
+  auto field = [&](const char* name) -> const nlohmann::json* {
+    if (!entry.is_object()) return nullptr;
+    auto it = entry.find(name);
+    return it == entry.end() ? nullptr : &*it;
+  };
+  const nlohmann::json *k = field("key"), *bytes = field("so_bytes"), *hash = field("so_hash");
+  if (!k || !k->is_string() || k->get<std::string>() != key)
+    return corrupt("entry.json does not name key " + key + " as a string \"key\"");
+  if (!bytes || !bytes->is_number_unsigned() || bytes->get<uintmax_t>() != uintmax_t(so_st.st_size))
+    return corrupt("kernel.so does not have the size \"so_bytes\" in entry.json (truncated?)");
+  if (!hash || !hash->is_string() || hash->get<std::string>() != file_hash(so))
+    return corrupt("kernel.so does not have the hash \"so_hash\" in entry.json");
   return State::kValid;
 }
 
 bool DiskCache::build_locked(const std::string& key,
-                             const std::function<nlohmann::json(const fs::path&)>& build) {
+                             const std::function<nlohmann::json(const fs::path&)>& build,
+                             const std::function<std::string(const fs::path&)>& trial) {
   FileLock lock(root_ / ".locks" / (key + ".lock"));
   if (check(key) == State::kValid) return false;  // another process finished it first
-  const fs::path tmp = root_ / ".tmp" / (key + "-" + unique_suffix());
-  make_private_dir(tmp);
+  const fs::path tmp = make_temp_dir(root_ / ".tmp", key);
   try {
-    nlohmann::json entry = build(tmp);
-    const fs::path so = tmp / "kernel.so";
-    entry["key"] = key;
-    entry["so_bytes"] = fs::file_size(so);
-    entry["so_hash"] = file_hash(so);
-    {
-      std::ofstream out(tmp / "entry.json");
-      out << entry.dump(2) << "\n";
-      if (!out) throw CacheError("cache: cannot write " + (tmp / "entry.json").string());
-    }
-    for (const auto& f : fs::recursive_directory_iterator(tmp)) {
-      if (f.is_regular_file()) {
-        fs::permissions(f.path(), fs::perms::owner_read | fs::perms::owner_write |
-                                      fs::perms::group_read | fs::perms::others_read);
-        fsync_path(f.path(), false);
-      } else if (f.is_directory()) {
-        fsync_path(f.path(), true);
+    return cache_errors("building " + key, [&] {
+      nlohmann::json entry = build(tmp);
+      const fs::path so = tmp / "kernel.so";
+      struct stat st;
+      if (lstat(so.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
+        throw CompileError("cache: the build of " + key + " wrote no kernel.so");
+      // Nothing is installed that does not load and report its key.
+      if (const std::string bad = trial(so); !bad.empty())
+        throw CompileError("cache: the object built for key " + key + " is unusable: " + bad);
+      entry["key"] = key;
+      entry["so_bytes"] = uintmax_t(st.st_size);
+      entry["so_hash"] = file_hash(so);
+      write_new_file(tmp / "entry.json", entry.dump(2) + "\n");
+      for (const auto& f : fs::recursive_directory_iterator(tmp)) {
+        if (f.symlink_status().type() == fs::file_type::regular) {
+          if (chmod(f.path().c_str(), 0644) != 0)
+            throw CacheError("cache: chmod " + f.path().string() + ": " + std::strerror(errno));
+          fsync_path(f.path(), false);
+        } else if (f.symlink_status().type() == fs::file_type::directory) {
+          fsync_path(f.path(), true);
+        }
       }
-    }
-    fsync_path(tmp, true);
-    if (fs::exists(root_ / key)) discard(root_, root_ / key);
-    fs::rename(tmp, root_ / key);
-    fsync_path(root_, true);
+      fsync_path(tmp, true);
+      struct stat old;
+      if (lstat((root_ / key).c_str(), &old) == 0) discard(root_, root_ / key);
+      if (rename(tmp.c_str(), (root_ / key).c_str()) != 0)
+        throw CacheError("cache: cannot install " + (root_ / key).string() + ": " +
+                         std::strerror(errno));
+      fsync_path(root_, true);
+      return true;
+    });
   } catch (...) {
     std::error_code ec;
     fs::remove_all(tmp, ec);
     throw;
   }
-  return true;
 }
 
 void DiskCache::invalidate(const std::string& key) {
   FileLock lock(root_ / ".locks" / (key + ".lock"));
-  if (fs::exists(root_ / key)) discard(root_, root_ / key);
+  struct stat st;
+  if (lstat((root_ / key).c_str(), &st) == 0) discard(root_, root_ / key);
 }
 
 std::vector<DiskCache::Listing> DiskCache::list() const {
-  std::vector<Listing> out;
-  for (const auto& e : fs::directory_iterator(root_)) {
-    const std::string name = e.path().filename().string();
-    if (!e.is_directory() || name.empty() || name[0] == '.') continue;
-    Listing l;
-    l.key = name;
-    try {
-      std::ifstream in(e.path() / "entry.json");
-      l.entry = nlohmann::json::parse(in);
-    } catch (const std::exception&) {
-      l.entry = nullptr;
+  return cache_errors("listing " + root_.string(), [&] {
+    std::vector<Listing> out;
+    for (const auto& e : fs::directory_iterator(root_)) {
+      const std::string name = e.path().filename().string();
+      if (name.empty() || name[0] == '.') continue;
+      Listing l;
+      l.key = name;
+      // Never followed: a link planted here (to / say) is not an entry, whatever it points to.
+      const fs::file_type type = e.symlink_status().type();
+      if (type != fs::file_type::directory) {
+        l.note = type == fs::file_type::symlink ? "not a cache entry: a symbolic link"
+                                                : "not a cache entry: not a folder";
+        out.push_back(std::move(l));
+        continue;
+      }
+      try {
+        std::ifstream in(e.path() / "entry.json");
+        l.entry = nlohmann::json::parse(in);
+      } catch (const std::exception&) {
+        l.entry = nullptr;
+      }
+      std::error_code ec;
+      for (auto it = fs::recursive_directory_iterator(e.path(), ec);
+           !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
+        if (it->symlink_status(ec).type() == fs::file_type::regular) l.bytes += it->file_size(ec);
+      out.push_back(std::move(l));
     }
-    std::error_code ec;
-    for (const auto& f : fs::recursive_directory_iterator(e.path(), ec))
-      if (f.is_regular_file()) l.bytes += f.file_size();
-    out.push_back(std::move(l));
-  }
-  std::sort(out.begin(), out.end(),
-            [](const Listing& a, const Listing& b) { return a.key < b.key; });
-  return out;
+    std::sort(out.begin(), out.end(),
+              [](const Listing& a, const Listing& b) { return a.key < b.key; });
+    return out;
+  });
 }
 
 int DiskCache::clear() {
   int removed = 0;
   for (const auto& l : list()) {
-    FileLock lock(root_ / ".locks" / (l.key + ".lock"));
-    discard(root_, root_ / l.key);
-    ++removed;
+    if (l.note.empty()) {
+      FileLock lock(root_ / ".locks" / (l.key + ".lock"));
+      discard(root_, root_ / l.key);
+      ++removed;
+    } else if (unlink((root_ / l.key).c_str()) != 0 && errno != ENOENT) {
+      // A link or a stray file: the name itself goes, never what a link points to.
+      throw CacheError("cache: cannot remove " + (root_ / l.key).string() + ": " +
+                       std::strerror(errno));
+    }
   }
   std::error_code ec;
   // Lock files stay: another process may hold one, and a new file would give a second lock.
   // Temporary folders go once they are an hour old (a live build takes seconds).
   const auto cutoff = fs::file_time_type::clock::now() - std::chrono::hours(1);
   for (const auto& e : fs::directory_iterator(root_ / ".tmp", ec))
-    if (e.path().filename().string().rfind("trash-", 0) == 0 || e.last_write_time(ec) < cutoff)
+    if (e.path().filename().string().rfind("trash-", 0) == 0 ||
+        e.symlink_status(ec).type() != fs::file_type::directory || e.last_write_time(ec) < cutoff)
       fs::remove_all(e.path(), ec);
   return removed;
+}
+
+void write_new_file(const fs::path& p, std::string_view content) {
+  const int fd = open(p.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) throw CacheError("cache: cannot create " + p.string() + ": " + std::strerror(errno));
+  size_t done = 0;
+  while (done < content.size()) {
+    const ssize_t n = write(fd, content.data() + done, content.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      const int err = n < 0 ? errno : EIO;
+      close(fd);
+      throw CacheError("cache: cannot write " + p.string() + ": " + std::strerror(err));
+    }
+    done += size_t(n);
+  }
+  if (close(fd) != 0)
+    throw CacheError("cache: cannot write " + p.string() + ": " + std::strerror(errno));
 }
 
 }  // namespace gmmgen

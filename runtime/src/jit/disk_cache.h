@@ -15,6 +15,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gmmgen/errors.hpp"
@@ -39,28 +40,39 @@ class DiskCache {
   std::filesystem::path entry_dir(const std::string& key) const { return root_ / key; }
 
   // Builds the entry of `key` under the key's lock unless a valid one appears meanwhile:
-  // build(dir) must write the sources and `kernel.so` into dir and return entry metadata; the
-  // folder is synced and renamed into place. An existing corrupt entry is replaced.
+  // build(dir) must write the sources and `kernel.so` into dir (a fresh mkdtemp folder) and
+  // return entry metadata; trial(dir / "kernel.so") must load the object and return "" if it is
+  // good, else why not (CompileError then, nothing installed). The folder is synced and renamed
+  // into place; an existing corrupt entry is replaced. Filesystem failures are CacheError.
   // Returns true if this call built it, false if another process had.
   bool build_locked(const std::string& key,
-                    const std::function<nlohmann::json(const std::filesystem::path&)>& build);
+                    const std::function<nlohmann::json(const std::filesystem::path&)>& build,
+                    const std::function<std::string(const std::filesystem::path&)>& trial);
 
   // Marks a valid-looking entry as bad (e.g. the loaded object reported another key) so the
   // next build_locked replaces it.
   void invalidate(const std::string& key);
 
+  // Every name in the root but the hidden ones; links and files are listed with a note, never
+  // followed.
   struct Listing {
     std::string key;
+    std::string note;      // empty for an entry folder, else why it is not an entry
     nlohmann::json entry;  // entry.json, or null if unreadable
     uintmax_t bytes = 0;
   };
   std::vector<Listing> list() const;
-  // Removes every entry (and temporary leftovers); returns the number of entries removed.
+  // Removes every entry (and temporary leftovers) and every name that is not an entry (a link
+  // goes, never its target); returns the number of entries removed.
   int clear();
 
  private:
   std::filesystem::path root_;
 };
+
+// Creates p (O_EXCL | O_NOFOLLOW, 0600) holding content; CacheError with the system's reason
+// (e.g. "No space left on device") otherwise.
+void write_new_file(const std::filesystem::path& p, std::string_view content);
 
 // XXH3-128 (hex) of a file's bytes; empty string if it cannot be read.
 std::string file_hash(const std::filesystem::path& p);

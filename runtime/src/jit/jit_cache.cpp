@@ -1,7 +1,6 @@
 #include "jit/jit_cache.h"
 
 #include <chrono>
-#include <fstream>
 
 namespace gmmgen {
 namespace fs = std::filesystem;
@@ -15,32 +14,42 @@ int64_t ns_since(std::chrono::steady_clock::time_point t0) {
 void write_sources(const fs::path& dir, const JitSources& src) {
   for (const auto& [rel, content] : src.files) {
     const fs::path p = dir / rel;
-    fs::create_directories(p.parent_path());
-    std::ofstream out(p, std::ios::binary | std::ios::trunc);
-    out.write(content.data(), std::streamsize(content.size()));
-    if (!out) throw CacheError("cache: cannot write " + p.string());
+    fs::create_directories(p.parent_path());  // filesystem_error: CacheError in build_locked
+    write_new_file(p, content);
   }
 }
+
+// The section of the cache-entry wrapper (templates/cpp/cache_entry.cpp.mustache) holding the key.
+constexpr const char* kKeySection = ".gmmgen_cache_key";
 
 }  // namespace
 
 JitCache::JitCache(fs::path root, Log log) : root_(std::move(root)), log_(std::move(log)) {}
 
-std::shared_ptr<SharedObject> JitCache::load(const std::string& key, const Accept& accept,
-                                             std::string* why) {
-  auto obj =
-      std::make_shared<SharedObject>(SharedObject::open(disk_->entry_dir(key) / "kernel.so"));
-  // The key first: nothing else of a mismatching object is used.
-  auto* reported = reinterpret_cast<const char* (*)()>(obj->find("gmmgen_cache_key"));
-  if (!reported || std::string(reported()) != key) {
-    *why = "the object reports key " + std::string(reported ? reported() : "(none)");
+std::shared_ptr<SharedObject> JitCache::load(const fs::path& so, const std::string& key,
+                                             const Accept& accept, std::string* why) {
+  try {
+    // The key first, read from the file: nothing of a mismatching object runs, not even its
+    // static constructors. The same read checks that dlopen would map nothing past the end.
+    if (const std::string in_file = read_elf_section(so, kKeySection, 256); in_file != key) {
+      *why = "the object's " + std::string(kKeySection) + " section holds key " + in_file;
+      return nullptr;
+    }
+    auto obj = std::make_shared<SharedObject>(SharedObject::open(so));
+    auto* reported = reinterpret_cast<const char* (*)()>(obj->find("gmmgen_cache_key"));
+    if (!reported || std::string(reported()) != key) {
+      *why = "the object reports key " + std::string(reported ? reported() : "(none)");
+      return nullptr;
+    }
+    if (std::string bad = accept(*obj); !bad.empty()) {
+      *why = bad;
+      return nullptr;
+    }
+    return obj;
+  } catch (const CacheError& e) {  // not an ELF object, truncated, dlopen failed
+    *why = e.what();
     return nullptr;
   }
-  if (std::string bad = accept(*obj); !bad.empty()) {
-    *why = bad;
-    return nullptr;
-  }
-  return obj;
 }
 
 std::shared_ptr<SharedObject> JitCache::get(const std::string& key, const CompilerConfig& cc,
@@ -51,7 +60,7 @@ std::shared_ptr<SharedObject> JitCache::get(const std::string& key, const Compil
   const auto t0 = std::chrono::steady_clock::now();
   DiskCache::State state = disk_->check(key, &why);
   if (state == DiskCache::State::kValid) {
-    if (auto obj = load(key, accept, &why)) {
+    if (auto obj = load(disk_->entry_dir(key) / "kernel.so", key, accept, &why)) {
       counters_.disk_load_ns += ns_since(t0);
       ++counters_.disk_hits;
       log_("disk cache hit " + key);
@@ -65,21 +74,32 @@ std::shared_ptr<SharedObject> JitCache::get(const std::string& key, const Compil
     log_("cache entry " + key + " is bad (" + why + "): rebuilding");
   }
   if (!compile) return nullptr;
-  const bool built = disk_->build_locked(key, [&](const fs::path& dir) {
-    const JitSources src = sources();
-    write_sources(dir, src);
-    log_("compile " + key + ": " + cc.cxx + " " + format_command(cc.flags));
-    const auto c0 = std::chrono::steady_clock::now();
-    compile_shared_object(cc, dir / src.main, dir, dir / "kernel.so");
-    counters_.compile_ns += ns_since(c0);
-    nlohmann::json meta = src.metadata;
-    meta["compiler"] = compiler_identity(cc.cxx);
-    meta["flags"] = cc.flags;
-    return meta;
-  });
+  // The trial load of the new object in its temporary folder; kept open so that loading the
+  // installed entry (the same file, renamed) does not map it again.
+  std::shared_ptr<SharedObject> trial;
+  auto try_load = [&](const fs::path& so) {
+    std::string bad;
+    trial = load(so, key, accept, &bad);
+    return bad;
+  };
+  const bool built = disk_->build_locked(
+      key,
+      [&](const fs::path& dir) {
+        const JitSources src = sources();
+        write_sources(dir, src);
+        log_("compile " + key + ": " + cc.cxx + " " + format_command(cc.flags));
+        const auto c0 = std::chrono::steady_clock::now();
+        compile_shared_object(cc, dir / src.main, dir, dir / "kernel.so");
+        counters_.compile_ns += ns_since(c0);
+        nlohmann::json meta = src.metadata;
+        meta["compiler"] = compiler_identity(cc.cxx);
+        meta["flags"] = cc.flags;
+        return meta;
+      },
+      try_load);
   ++(built ? counters_.compiles : counters_.disk_hits);  // or another process built it first
-  auto obj = load(key, accept, &why);
-  if (!obj) throw CacheError("cache entry " + key + " is still bad after a rebuild: " + why);
+  auto obj = load(disk_->entry_dir(key) / "kernel.so", key, accept, &why);
+  if (!obj) throw CompileError("cache entry " + key + " is still bad after a rebuild: " + why);
   return obj;
 }
 

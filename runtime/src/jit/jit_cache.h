@@ -38,8 +38,9 @@ class JitCache {
 
   // The object of `key`: from the disk cache when a valid entry is there and passes `accept`;
   // otherwise, if `compile` is set, built from sources() with cc under the key's lock (once
-  // across processes), installed and loaded; otherwise nullptr. A bad entry is rebuilt once; a
-  // second bad build is a CacheError.
+  // across processes), trial-loaded in its temporary folder, installed and loaded; otherwise
+  // nullptr. An entry that fails any check (metadata, size, hash, the key in its ELF section,
+  // dlopen, the key it reports, `accept`) is rebuilt once; a second bad build is a CompileError.
   std::shared_ptr<SharedObject> get(const std::string& key, const CompilerConfig& cc,
                                     const std::function<JitSources()>& sources,
                                     const Accept& accept, bool compile);
@@ -48,8 +49,10 @@ class JitCache {
   const std::filesystem::path& root() const { return root_; }
 
  private:
-  std::shared_ptr<SharedObject> load(const std::string& key, const Accept& accept,
-                                     std::string* why);
+  // Loads `so` if it holds `key` (read from the file first) and passes accept; else nullptr
+  // and why.
+  std::shared_ptr<SharedObject> load(const std::filesystem::path& so, const std::string& key,
+                                     const Accept& accept, std::string* why);
   std::filesystem::path root_;
   Log log_;
   std::unique_ptr<DiskCache> disk_;  // created at first use

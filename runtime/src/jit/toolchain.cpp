@@ -1,11 +1,16 @@
 #include "jit/toolchain.h"
 
 #include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <spawn.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -48,42 +53,100 @@ std::string format_command(const std::vector<std::string>& argv) {
   return out;
 }
 
+int compile_timeout_seconds() {
+  const char* v = std::getenv("GMMGEN_COMPILE_TIMEOUT");
+  if (!v || !*v) return kDefaultCompileTimeout;
+  char* end = nullptr;
+  errno = 0;
+  const long s = std::strtol(v, &end, 10);
+  if (*end != '\0' || errno != 0 || s < 1 || s > kMaxCompileTimeout)
+    throw InvalidArgument(std::string("GMMGEN_COMPILE_TIMEOUT=") + std::string(v).substr(0, 100) +
+                          " must be a whole number of seconds in [1, " +
+                          std::to_string(kMaxCompileTimeout) + "]");
+  return int(s);
+}
+
 ProcessResult run_process(const std::vector<std::string>& argv) {
+  using Clock = std::chrono::steady_clock;
+  const int limit_s = compile_timeout_seconds();
   ProcessResult result;
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) {
     result.output = std::string("pipe: ") + std::strerror(errno);
     return result;
   }
+  // Only our end is non-blocking: the child writes as usual.
+  fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK);
   posix_spawn_file_actions_t actions;
   posix_spawn_file_actions_init(&actions);
   posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
   posix_spawn_file_actions_adddup2(&actions, fds[1], STDERR_FILENO);
   posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  // Its own process group, so that a timeout kills everything it started.
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
+  posix_spawnattr_setpgroup(&attr, 0);
   std::vector<char*> args;
   for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
   args.push_back(nullptr);
   pid_t pid = 0;
-  const int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+  const int rc = posix_spawnp(&pid, args[0], &actions, &attr, args.data(), environ);
   posix_spawn_file_actions_destroy(&actions);
+  posix_spawnattr_destroy(&attr);
   close(fds[1]);
   if (rc != 0) {
     close(fds[0]);
     result.output = "cannot start '" + argv[0] + "': " + std::strerror(rc);
     return result;
   }
-  char buf[4096];
-  for (ssize_t got; (got = read(fds[0], buf, sizeof buf)) != 0;) {
-    if (got < 0) {
-      if (errno == EINTR) continue;
+  auto drain = [&] {  // returns false at end of file
+    char buf[4096];
+    for (;;) {
+      const ssize_t got = read(fds[0], buf, sizeof buf);
+      if (got > 0) {
+        result.output.append(buf, size_t(got));
+      } else if (got == 0) {
+        return false;
+      } else if (errno != EINTR) {
+        return errno == EAGAIN;
+      }
+    }
+  };
+  // Wait for the child itself, not for the end of its output: a grandchild may keep the pipe
+  // open long after the compiler exited. WNOWAIT leaves the child a zombie, so its pid (and so
+  // its process group id) cannot be reused before the group is killed below.
+  const auto deadline = Clock::now() + std::chrono::seconds(limit_s);
+  bool open = true, timed_out = false;
+  for (;;) {
+    siginfo_t info{};
+    if (waitid(P_PID, id_t(pid), &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid)
+      break;
+    const auto left =
+        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
+    if (left <= 0) {
+      timed_out = true;
       break;
     }
-    result.output.append(buf, size_t(got));
+    const int slice = int(std::min<int64_t>(left, 20));
+    if (open) {
+      pollfd p{fds[0], POLLIN, 0};
+      if (poll(&p, 1, slice) > 0) open = drain();
+    } else {
+      usleep(useconds_t(std::min(slice, 2)) * 1000);
+    }
   }
+  if (open) drain();
   close(fds[0]);
+  kill(-pid, SIGKILL);  // the whole group: on a timeout, and any straggler holding the pipe
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
+  if (timed_out)
+    throw CompileError("'" + format_command(argv) + "' did not finish within " +
+                       std::to_string(limit_s) +
+                       " s (GMMGEN_COMPILE_TIMEOUT); it and its children were killed\n" +
+                       result.output.substr(0, 4000));
   result.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
   return result;
 }
@@ -98,6 +161,11 @@ void compile_shared_object(const CompilerConfig& cc, const std::filesystem::path
   if (r.status != 0)
     throw CompileError("compiling " + source.filename().string() + " failed (exit " +
                        std::to_string(r.status) + ")\ncommand: " + format_command(argv) + "\n" +
+                       r.output);
+  struct stat st;
+  if (lstat(output.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
+    throw CompileError("compiling " + source.filename().string() + " exited 0 but wrote no " +
+                       output.filename().string() + "\ncommand: " + format_command(argv) + "\n" +
                        r.output);
 }
 

@@ -24,7 +24,15 @@ CompilerConfig default_compiler(const std::vector<std::string>& target_flags);
 // (cached per executable). Throws CompileError if it cannot be run.
 std::string compiler_identity(const std::string& cxx);
 
-// Runs argv (argv[0] looked up in PATH) and returns its exit status and combined stdout+stderr.
+// The time limit of a compile or compiler probe: $GMMGEN_COMPILE_TIMEOUT seconds, default 300.
+// Throws InvalidArgument unless it is a whole number in [1, 86400].
+inline constexpr int kDefaultCompileTimeout = 300, kMaxCompileTimeout = 86400;
+int compile_timeout_seconds();
+
+// Runs argv (argv[0] looked up in PATH) in its own process group and returns its exit status
+// and combined stdout+stderr. Returns when argv[0] exits (whatever its children do with the
+// pipe), then kills what is left of the group. Past compile_timeout_seconds() it kills the
+// whole group and throws CompileError naming the command and the limit.
 struct ProcessResult {
   int status = -1;  // exit code, or 128+signal; -1 if it could not be started
   std::string output;
