@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -38,11 +39,19 @@ std::vector<EmittedFile> emit_set(const std::vector<KernelSpec>& specs,
 // gmmgen_cache_key() returning `key`, which the runtime checks after loading.
 EmittedFile emit_cache_entry(const std::string& kernel_name, const std::string& key);
 
+// An emitted set could not be written (I/O: a full disk, permissions, something in the way);
+// the message names the path. The output folder is left as it was.
+class WriteError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // Writes files under dir (created if missing): every changed file first to a temporary file
 // of a random name beside it (O_EXCL, never through a symlink), then all renamed into place,
-// so a failure leaves the folder as it was. Files whose content is unchanged are left alone
-// (their mtime stays). Files listed in the folder's previous manifest.json that the new set
-// does not contain are removed; nothing else is.
+// each previous file kept (hard link) until the whole set is in, so a failure at any step
+// puts every file back, removes every temporary and throws WriteError. Files whose content is
+// unchanged are left alone (their mtime stays). Files listed in the folder's previous manifest.json
+// that the new set does not contain are removed; nothing else is.
 struct WriteReport {
   std::vector<std::string> written, unchanged, removed;  // relative paths
 };

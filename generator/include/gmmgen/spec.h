@@ -185,7 +185,11 @@ KernelSpec from_json(const nlohmann::ordered_json& j);
 void validate(const KernelSpec& s);
 
 // Reads a JSON spec file: an array of specs, or {"kernels": [...]}; each spec is a JSON object
-// or a spec text string. Throws SpecError naming the file and the entry.
+// or a spec text string, and is validated. Strict JSON: at most 64 levels of nesting, no key
+// twice in one object, each value of its field's JSON type (sizes are JSON integers). Throws
+// SpecError naming the file, the entry and the key, quoting at most ~100 characters of a value.
 std::vector<KernelSpec> load_spec_file(const std::filesystem::path& path);
+// The same for JSON text; `origin` starts each message (e.g. "spec file specs.json").
+std::vector<KernelSpec> parse_spec_json(std::string_view json, const std::string& origin);
 
 }  // namespace gmmgen

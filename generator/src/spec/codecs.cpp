@@ -62,11 +62,28 @@ std::string values<DType>(std::string_view key) {
 }
 }  // namespace codec_detail
 
+std::string quote_value(std::string_view v) {
+  constexpr size_t kMax = 100;
+  std::string out;
+  for (const char c : v.substr(0, kMax)) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[(c >> 4) & 0xf];
+      out += kHex[c & 0xf];
+    } else {
+      out += c;
+    }
+  }
+  if (v.size() > kMax) out += "... (" + std::to_string(v.size()) + " characters)";
+  return out;
+}
+
 int64_t parse_int(std::string_view s, std::string_view param) {
   int64_t v = 0;
   auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), v);
   if (ec != std::errc() || ptr != s.data() + s.size() || s.empty())
-    throw SpecError(std::string(param) + "=" + std::string(s) + " is not an integer");
+    throw SpecError(std::string(param) + "=" + quote_value(s) + " is not an integer");
   return v;
 }
 
@@ -90,7 +107,7 @@ Quant parse_quant(std::string_view s, std::string_view param) {
     if (x != std::string_view::npos) q.block_n = parse_int(rest.substr(x + 1), param);
     return q;
   }
-  throw SpecError(std::string(param) + "=" + std::string(s) +
+  throw SpecError(std::string(param) + "=" + quote_value(s) +
                   " is not one of: none, tensor, channel, block:B, block:BxB");
 }
 
@@ -126,7 +143,8 @@ const FieldCodec int_codec{
       as<int64_t>(v) = parse_int(t, "kernel name");
       return true;
     },
-    [](std::string_view) { return std::string(); }};
+    [](std::string_view) { return std::string(); },
+    nlohmann::json::value_t::number_integer};
 
 const FieldCodec bool_codec{
     [](const void* v) { return std::string(as<bool>(v) ? "1" : "0"); },
@@ -136,7 +154,7 @@ const FieldCodec bool_codec{
       else if (s == "0" || s == "false")
         as<bool>(v) = false;
       else
-        throw SpecError(std::string(key) + "=" + std::string(s) +
+        throw SpecError(std::string(key) + "=" + quote_value(s) +
                         " is not a boolean (0/1/true/false)");
     },
     [](const void* v) { return uint64_t(as<bool>(v)); },
@@ -149,7 +167,7 @@ const FieldCodec bool_codec{
       as<bool>(v) = true;
       return true;
     },
-    [](std::string_view) { return std::string(); }};
+    [](std::string_view) { return std::string(); }, nlohmann::json::value_t::boolean};
 
 const FieldCodec quant_codec{
     [](const void* v) { return to_string(as<Quant>(v)); },
@@ -178,6 +196,6 @@ const FieldCodec quant_codec{
       }
       return true;
     },
-    [](std::string_view) { return std::string(); }};
+    [](std::string_view) { return std::string(); }, nlohmann::json::value_t::string};
 
 }  // namespace gmmgen

@@ -23,7 +23,13 @@ struct FieldCodec {
   // The accepted values of the field `key`, for --help and the README ("" if the table's row
   // says it).
   std::string (*values)(std::string_view key);
+  // The JSON type a value of this field has in a JSON spec (string, number_integer, boolean).
+  nlohmann::json::value_t json_type;
 };
+
+// A value from the user, for an error message: at most ~100 characters (longer ones are cut and
+// say how long they were), control characters escaped.
+std::string quote_value(std::string_view v);
 
 // Enum values: the name in specs and the token in kernel names ("" for the default's token,
 // which names leave out, or a short form for names with '_').
@@ -63,7 +69,7 @@ E parse_enum(std::string_view s, std::string_view param) {
     allowed += allowed.empty() ? "" : ", ";
     allowed += e.name;
   }
-  throw SpecError(std::string(param) + "=" + std::string(s) + " is not one of: " + allowed);
+  throw SpecError(std::string(param) + "=" + quote_value(s) + " is not one of: " + allowed);
 }
 
 int64_t parse_int(std::string_view s, std::string_view param);
@@ -114,10 +120,10 @@ std::string values<DType>(std::string_view key);  // the dtypes the operand `key
 }  // namespace codec_detail
 
 template <typename E>
-inline constexpr FieldCodec enum_codec{codec_detail::text<E>,    codec_detail::parse<E>,
-                                       codec_detail::code<E>,    codec_detail::equal<E>,
-                                       codec_detail::json<E>,    codec_detail::token<E>,
-                                       codec_detail::untoken<E>, codec_detail::values<E>};
+inline constexpr FieldCodec enum_codec{
+    codec_detail::text<E>,    codec_detail::parse<E>,  codec_detail::code<E>,
+    codec_detail::equal<E>,   codec_detail::json<E>,   codec_detail::token<E>,
+    codec_detail::untoken<E>, codec_detail::values<E>, nlohmann::json::value_t::string};
 
 extern const FieldCodec int_codec;    // int64_t: decimal
 extern const FieldCodec bool_codec;   // bool: 0/1 (also true/false); token "" for true

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <array>
 #include <charconv>
+#include <cmath>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "codecs.h"
@@ -101,6 +103,56 @@ const void* cmember(const SpecField& f, const KernelSpec& s) {
 constexpr std::initializer_list<FieldRole> kAllRoles{FieldRole::kProblem, FieldRole::kTiling,
                                                      FieldRole::kImplementation};
 
+// A JSON value in words, for error messages: never the whole of a container, never more than
+// ~100 characters of a scalar.
+std::string json_kind(const nlohmann::ordered_json& v) {
+  using T = nlohmann::json::value_t;
+  switch (v.type()) {
+    case T::string:
+      return "the string \"" + quote_value(v.get_ref<const std::string&>()) + "\"";
+    case T::boolean:
+      return v.get<bool>() ? "true" : "false";
+    case T::number_float: {
+      const double d = v.get<double>();
+      return std::isfinite(d) ? "the non-integer number " + quote_value(v.dump())
+                              : std::string("a number out of range");
+    }
+    case T::number_integer:
+    case T::number_unsigned:
+      return "the integer " + v.dump();
+    case T::object:
+      return "an object";
+    case T::array:
+      return "an array";
+    default:
+      return "null";
+  }
+}
+
+// The text form of a JSON spec value, whose JSON type must be the field's: a string for enums
+// and quantizations, an integer in the range of int64 for sizes (not "64", 64.0, 1e400 or true),
+// a boolean (or 0/1) for flags. Each field's own range is checked by validate().
+std::string json_value_text(const SpecField& f, const nlohmann::ordered_json& v) {
+  using T = nlohmann::json::value_t;
+  const std::string key(f.key);
+  switch (f.codec->json_type) {
+    case T::number_integer:
+      if (v.is_number_unsigned() &&
+          v.get<uint64_t>() > uint64_t(std::numeric_limits<int64_t>::max()))
+        throw SpecError("spec key '" + key + "': " + v.dump() + " is out of range (at most " +
+                        std::to_string(std::numeric_limits<int64_t>::max()) + ")");
+      if (v.is_number_integer()) return std::to_string(v.get<int64_t>());
+      throw SpecError("spec key '" + key + "' must be a JSON integer, got " + json_kind(v));
+    case T::boolean:
+      if (v.is_boolean()) return v.get<bool>() ? "1" : "0";
+      if (v.is_number_integer() && (v == 0 || v == 1)) return v.dump();
+      throw SpecError("spec key '" + key + "' must be true or false, got " + json_kind(v));
+    default:
+      if (v.is_string()) return v.get<std::string>();
+      throw SpecError("spec key '" + key + "' must be a JSON string, got " + json_kind(v));
+  }
+}
+
 // Shared by the text and JSON parsers: applies (key, value) pairs, then fills the keys left out.
 KernelSpec build_spec(const std::vector<std::pair<std::string, std::string>>& pairs) {
   KernelSpec s;
@@ -132,7 +184,7 @@ const SpecField& spec_field(std::string_view key) {
     if (f.key == key) return f;
   std::string keys;
   for (const auto& f : kFields) keys += (keys.empty() ? "" : ", ") + std::string(f.key);
-  throw SpecError("unknown spec key '" + std::string(key) + "' (known keys: " + keys + ")");
+  throw SpecError("unknown spec key '" + quote_value(key) + "' (known keys: " + keys + ")");
 }
 
 std::string field_text(const SpecField& f, const KernelSpec& s) {
@@ -211,7 +263,7 @@ KernelSpec parse_text(std::string_view text) {
     if (!item.empty()) {
       size_t eq = item.find('=');
       if (eq == std::string_view::npos || eq == 0)
-        throw SpecError("spec item '" + std::string(item) + "' is not of the form key=value");
+        throw SpecError("spec item '" + quote_value(item) + "' is not of the form key=value");
       pairs.emplace_back(std::string(item.substr(0, eq)), std::string(item.substr(eq + 1)));
     }
     pos = end + 1;
@@ -226,17 +278,11 @@ nlohmann::ordered_json to_json(const KernelSpec& s) {
 }
 
 KernelSpec from_json(const nlohmann::ordered_json& j) {
-  if (!j.is_object()) throw SpecError("a JSON spec must be an object, got " + j.dump());
+  if (!j.is_object()) throw SpecError("a JSON spec must be an object, got " + json_kind(j));
   std::vector<std::pair<std::string, std::string>> pairs;
   for (const auto& [key, value] : j.items()) {
-    if (value.is_string())
-      pairs.emplace_back(key, value.get<std::string>());
-    else if (value.is_boolean())
-      pairs.emplace_back(key, value.get<bool>() ? "1" : "0");
-    else if (value.is_number_integer())
-      pairs.emplace_back(key, std::to_string(value.get<int64_t>()));
-    else
-      throw SpecError("spec key '" + key + "' has a value of the wrong type: " + value.dump());
+    const SpecField& f = spec_field(key);
+    pairs.emplace_back(key, json_value_text(f, value));
   }
   return build_spec(pairs);
 }
