@@ -2,26 +2,26 @@
 // Bundle: default_kernels: every kernel of one spec set in one translation unit, and a table of
 // their entry points for registries (gmmgen_kernel_entry, see gmmgen/kernel_abi.h).
 #include "default_kernels.h"
-#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_18d9a9d3.cpp"
-#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_3c27d95f.cpp"
-#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_0bb39612.cpp"
-#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_06c5b4ab.cpp"
-#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_8596005f.cpp"
-#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_f8e24dd8.cpp"
-#include "tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_d3512ef4.cpp"
-#include "tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_b5b7d292.cpp"
+#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_4bb34b14.cpp"
+#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_beb25408.cpp"
+#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_68f98cc6.cpp"
+#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_99be377e.cpp"
+#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_600b896c.cpp"
+#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_bcf92200.cpp"
+#include "tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_628afc9a.cpp"
+#include "tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_5c63a79b.cpp"
 
 extern "C" {
 
 const gmmgen_kernel_entry default_kernels_kernels[] = {
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_18d9a9d3),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_3c27d95f),
-    GMMGEN_KERNEL_ENTRY(gmm_f32xf32_f32_k256_n384_g16_t32x128x64_0bb39612),
-    GMMGEN_KERNEL_ENTRY(gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_06c5b4ab),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_8596005f),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_f8e24dd8),
-    GMMGEN_KERNEL_ENTRY(tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_d3512ef4),
-    GMMGEN_KERNEL_ENTRY(tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_b5b7d292),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_4bb34b14),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_beb25408),
+    GMMGEN_KERNEL_ENTRY(gmm_f32xf32_f32_k256_n384_g16_t32x128x64_68f98cc6),
+    GMMGEN_KERNEL_ENTRY(gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_99be377e),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_600b896c),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_bcf92200),
+    GMMGEN_KERNEL_ENTRY(tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_628afc9a),
+    GMMGEN_KERNEL_ENTRY(tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_5c63a79b),
 };
 const int32_t default_kernels_kernel_count = 8;
 

@@ -4,14 +4,14 @@
 #define GMMGEN_BUNDLE_default_kernels_H_
 
 #include "gmmgen/kernel_abi.h"
-#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_18d9a9d3.h"
-#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_3c27d95f.h"
-#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_0bb39612.h"
-#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_06c5b4ab.h"
-#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_8596005f.h"
-#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_f8e24dd8.h"
-#include "tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_d3512ef4.h"
-#include "tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_b5b7d292.h"
+#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_4bb34b14.h"
+#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_beb25408.h"
+#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_68f98cc6.h"
+#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_99be377e.h"
+#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_600b896c.h"
+#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_bcf92200.h"
+#include "tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_628afc9a.h"
+#include "tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_5c63a79b.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -159,7 +159,10 @@ std::string run_kernel(const gmmgen_kernel_entry& fns, const gmmgen_args& a, boo
                        std::mt19937_64& rng) {
   const int64_t ws_bytes = fns.workspace_bytes(a.m);
   std::unique_ptr<void, decltype(&std::free)> ws(
-      std::aligned_alloc(64, size_t((ws_bytes + 63) / 64 * 64)), &std::free);
+      std::aligned_alloc(GMMGEN_WORKSPACE_ALIGNMENT,
+                         size_t((ws_bytes + GMMGEN_WORKSPACE_ALIGNMENT - 1) /
+                                GMMGEN_WORKSPACE_ALIGNMENT * GMMGEN_WORKSPACE_ALIGNMENT)),
+      &std::free);
   char err[512] = {0};
   int64_t items = 0;
   if (int rc = fns.plan(&a, ws.get(), ws_bytes, &items, err, sizeof err); rc != GMMGEN_OK)

@@ -110,7 +110,7 @@ TEST(Spec, ValidationNamesParameterAndRule) {
       {"k=8,n=8,g=4,g_local=5", "g_local=5 must be in [1, g=4]"},
       {"k=8,n=8,g=4,tm=0", "tm=0 must be in [1, 8192]"},
       {"k=8,n=8,g=4,tk=100000", "tk=100000 must be in [1, 8192]"},
-      {"k=8,n=8,g=4,tm=8192,tn=8192", "bytes of scratch per thread"},
+      {"k=8192,n=8192,g=4,tm=8192,tn=8192", "bytes of scratch per thread"},  // tn <= N: no clamp
       {"k=8,n=8,g=4,out=i8", "out=i8 is not one of: f32, bf16, f16"},
       {"k=8,n=8,g=4,lhs=nf4", "lhs=nf4: nf4 is a weight format"},
       {"k=8,n=8,g=4,lhs=i8,rhs=bf16", "unsupported dtype pair"},

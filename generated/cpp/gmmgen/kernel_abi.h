@@ -7,13 +7,17 @@
  *       Static description: ABI version, name, canonical spec, hash, shapes and tiling.
  *
  *   int64_t <name>_workspace_bytes(int64_t m);
- *       Bytes of workspace that <name>_plan needs for a call with m rows (-1 if m < 0).
+ *       Bytes of workspace that <name>_plan needs for a call with m rows; -1 if m is outside
+ *       [0, GMMGEN_MAX_M] (the computation cannot overflow).
  *
  *   int <name>_plan(const gmmgen_args* args, void* workspace, int64_t workspace_bytes,
  *                   int64_t* num_items, char* err, size_t err_len);
- *       Checks every argument (nothing is written when one is bad: returns
- *       GMMGEN_ERR_INVALID_ARGUMENT and a message naming it in err), then builds the grid
- *       metadata into workspace and sets *num_items, the count of independent work items.
+ *       Checks every argument, then builds the grid metadata into workspace, writes the count
+ *       of independent work items to *num_items and returns GMMGEN_OK. On a bad argument it
+ *       returns an error code (below) with a message in err, and writes nothing else. The
+ *       workspace must be GMMGEN_WORKSPACE_ALIGNMENT-byte aligned and hold at least
+ *       <name>_workspace_bytes(args->m) bytes (else GMMGEN_ERR_WORKSPACE); the arguments are
+ *       checked before the workspace, so a NULL workspace only checks them.
  *
  *   int <name>_run_items(const gmmgen_args* args, void* workspace,
  *                        int64_t begin, int64_t end);
@@ -21,7 +25,10 @@
  *       any order on any threads; together they write every output element exactly once.
  *       Results do not depend on how items are split among threads. Each item of a plan runs
  *       exactly once (items may update counters in the workspace: tgmm adds the partial sums
- *       of a split group when its last slice finishes).
+ *       of a split group when its last slice finishes). Returns GMMGEN_OK, or (running
+ *       nothing; there is no err buffer) GMMGEN_ERR_INVALID_ARGUMENT when args or workspace is
+ *       NULL, the workspace was not planned by this kernel's _plan for these args (m,
+ *       group_offset), or not 0 <= begin <= end <= *num_items.
  *
  *   int <name>(const gmmgen_args* args, char* err, size_t err_len);
  *       Convenience: plan + run every item on the calling thread (allocates the workspace).
@@ -34,6 +41,14 @@
  *       group_offsets has num_groups + 1 entries; group_ids and m_tile_ids have
  *       ceil(m / tm) + num_groups - 1 entries (at least 1). Returns GMMGEN_OK or
  *       GMMGEN_ERR_INVALID_ARGUMENT.
+ *
+ * Messages in err read "<what is wrong> [<kernel name>]", the rule first, so that a short
+ * buffer keeps it; they are truncated to err_len - 1 characters and NUL-terminated.
+ *
+ * Limits: 0 <= m <= GMMGEN_MAX_M (2^31 - 1). With m = 0, lhs and rhs may be NULL (nothing is
+ * read); out (and existing_out where the mode needs it) is still required, except gmm's out,
+ * which then has no rows. Outputs must not overlap any input (lhs, rhs, group_sizes, or
+ * existing_out unless existing_out == out with the same leading dimension: in place).
  *
  * Memory layout: all operands are row-major. Leading dimensions (*_ld) are in elements and
  * must be >= the row length; a leading dimension of 0 means "packed" (exactly the row length).
@@ -50,14 +65,21 @@ extern "C" {
 #endif
 
 /* Bumped on any incompatible change of the structs or function signatures below. */
-#define GMMGEN_ABI_VERSION 2
+#define GMMGEN_ABI_VERSION 3
 
 /* Return codes. */
 #define GMMGEN_OK 0
 #define GMMGEN_ERR_INVALID_ARGUMENT 1 /* a bad argument; err names it; output untouched */
 #define GMMGEN_ERR_ABI 2              /* args->abi_version differs from GMMGEN_ABI_VERSION */
-#define GMMGEN_ERR_WORKSPACE 3        /* workspace missing or smaller than _workspace_bytes */
+#define GMMGEN_ERR_WORKSPACE 3        /* workspace NULL, not 64-byte aligned, or too small */
 #define GMMGEN_ERR_OUT_OF_MEMORY 4    /* the convenience entry could not allocate */
+
+/* The alignment, in bytes, of the workspace passed to _plan and _run_items: a workspace that
+ * is not aligned to it is refused (GMMGEN_ERR_WORKSPACE, "workspace must be 64-byte aligned"). */
+#define GMMGEN_WORKSPACE_ALIGNMENT 64
+
+/* The largest m (rows) a kernel accepts: 2^31 - 1. */
+#define GMMGEN_MAX_M 2147483647
 
 /* Element types: X(NAME, code). The codes are the dtype values of the C API
  * (GMMGEN_DTYPE_<NAME>); the generator's dtype table (generator/src/spec/dtypes.cpp) describes
@@ -97,7 +119,8 @@ typedef struct gmmgen_kernel_info {
   int32_t transpose_rhs;         /* gmm: 1 if rhs is [G_local, N, K], 0 if [G_local, K, N];
                                     tgmm: the same for out */
   int32_t lhs_layout;            /* tgmm: 0 if lhs is [M, K], 1 if [K, M]; gmm: 0 */
-  int32_t tm, tk, tn;            /* tiling */
+  int32_t tm, tk, tn;            /* the spec's tiling (tk > k, tn > n run as k, n) */
+  int32_t lhs_dtype, rhs_dtype, out_dtype; /* element types: GMMGEN_DTYPE_* codes */
 } gmmgen_kernel_info;
 
 typedef struct gmmgen_args {

@@ -80,6 +80,11 @@ inline constexpr int64_t packed_cols(int64_t tn, int64_t nr) {
 // clipped to the problem (tk <= K, tn <= N) so small problems get small tiles.
 Tiling default_tiling(const KernelSpec& s);
 
+// The tiling a C++ kernel runs: the spec's, with tk and tn clamped to K and N (a tile larger
+// than its dimension gives the same results). Scratch sizes and the emitted TK, TN use it, so a
+// spec may name any tile in 1..8192 for any problem.
+Tiling run_tiling(const KernelSpec& s);
+
 // Bytes of per-thread scratch the C++ kernel uses for this spec's tiling with a family's register
 // tile, and for the spec itself (its family's, or with isa=native the largest of any family).
 int64_t scratch_bytes(const KernelSpec& s, const IsaFamily& f);

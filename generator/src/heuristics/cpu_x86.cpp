@@ -126,10 +126,18 @@ Tiling default_tiling(const KernelSpec& s) {
   return t;
 }
 
+Tiling run_tiling(const KernelSpec& s) {
+  Tiling t = s.tiling;
+  t.tk = std::min(t.tk, std::max<int64_t>(s.k, 1));
+  t.tn = std::min(t.tn, std::max<int64_t>(s.n, 1));
+  return t;
+}
+
 // What the kernel's scratch struct holds (templates/cpp/gmm.cpp and tgmm.cpp), in f32 units;
 // the struct is 64-byte aligned, so its size is a multiple of 64.
 int64_t scratch_bytes(const KernelSpec& s, const IsaFamily& f) {
-  const int64_t tm = s.tiling.tm, tk = s.tiling.tk, tn = s.tiling.tn;
+  const Tiling run = run_tiling(s);
+  const int64_t tm = run.tm, tk = run.tk, tn = run.tn;
   int64_t floats = 0;
   if (s.op == Op::kTgmm) {
     // The output tile [rows][cols] (rows over k, or over n when out is transposed) as f32, and a

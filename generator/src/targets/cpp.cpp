@@ -124,11 +124,14 @@ class CppTarget final : public Target {
     if (s.lhs_quant.kind != QuantKind::kNone) not_yet("lhs_quant=" + to_string(s.lhs_quant));
     if (s.rhs_quant.kind != QuantKind::kNone) not_yet("rhs_quant=" + to_string(s.rhs_quant));
     const int64_t scratch = scratch_bytes(s);
-    if (scratch > kMaxScratchBytes)
-      throw SpecError(
-          "tiling tm=" + std::to_string(s.tiling.tm) + " tk=" + std::to_string(s.tiling.tk) +
-          " tn=" + std::to_string(s.tiling.tn) + " needs " + std::to_string(scratch) +
-          " bytes of scratch per thread, above the limit of " + std::to_string(kMaxScratchBytes));
+    if (scratch > kMaxScratchBytes) {
+      const Tiling t = run_tiling(s);
+      throw SpecError("tiling tm=" + std::to_string(t.tm) + " tk=" + std::to_string(t.tk) +
+                      " tn=" + std::to_string(t.tn) + " (tk, tn clamped to K, N) needs " +
+                      std::to_string(scratch) +
+                      " bytes of scratch per thread, above the limit of " +
+                      std::to_string(kMaxScratchBytes));
+    }
   }
 
   std::vector<EmittedFile> render(const KernelSpec& s, const KernelId& id,
@@ -144,7 +147,17 @@ class CppTarget final : public Target {
     // Every spec field by its key, as in the canonical text ({{k}}, {{tm}}, {{transpose_rhs}}:
     // 0/1, a valid C++ bool).
     for (const SpecField& f : spec_fields()) ctx.set(std::string(f.key), field_text(f, s));
+    // The tiles the kernel runs: tk and tn beyond K and N are clamped (same results, less scratch).
+    const Tiling run = run_tiling(s);
+    ctx.set("run_tk", std::to_string(run.tk));
+    ctx.set("run_tn", std::to_string(run.tn));
     ctx.set("lhs_km", s.lhs_layout == LhsLayout::kKM ? "true" : "false");
+    for (auto [key, d] : {std::pair{"lhs_dtype_code", s.lhs}, std::pair{"rhs_dtype_code", s.rhs},
+                          std::pair{"out_dtype_code", s.out}}) {
+      std::string code = "GMMGEN_DTYPE_" + std::string(to_string(d));
+      for (char& c : code) c = char(std::toupper(static_cast<unsigned char>(c)));
+      ctx.set(key, code);
+    }
     static const char* kModeCode[] = {"GMMGEN_OUT_PLAIN", "GMMGEN_OUT_EXISTING",
                                       "GMMGEN_OUT_ACCUMULATE"};
     ctx.set("out_mode_code", kModeCode[int(s.out_mode)]);

@@ -200,13 +200,34 @@ struct Planned {
   int64_t items;
 };
 
-// Plans a call into `storage` (grown as needed and reused, so a warm path does not allocate).
+// The workspace bytes of a call, once the kernel has checked every argument: _plan with no
+// workspace checks them all and then stops at the workspace (GMMGEN_ERR_WORKSPACE), so nothing
+// is allocated for a call the kernel would reject.
+int64_t checked_workspace_bytes(const gmmgen_kernel_entry& k, const gmmgen_args& args) {
+  const int64_t bytes = k.workspace_bytes(args.m);
+  if (bytes < 0)
+    throw InvalidArgument("m=" + std::to_string(args.m) + " must be in [0, 2^31) (" +
+                          k.info()->name + ")");
+  char err[512] = {0};
+  int64_t items = 0;
+  if (const int rc = k.plan(&args, nullptr, 0, &items, err, sizeof err); rc != GMMGEN_ERR_WORKSPACE)
+    throw InvalidArgument(rc == GMMGEN_OK ? std::string("the kernel planned without a workspace")
+                                          : std::string(err));
+  return bytes;
+}
+
+// Plans a call into `storage` (grown as needed and reused, so a warm path does not allocate; it
+// grows only for a call whose arguments the kernel accepted).
 Planned plan_call(const gmmgen_kernel_entry& k, const gmmgen_args& args,
                   std::vector<unsigned char>& storage) {
-  const int64_t bytes = k.workspace_bytes(args.m);
-  if (bytes < 0) throw InvalidArgument("m=" + std::to_string(args.m) + " must be >= 0");
-  if (storage.size() < size_t(bytes) + 64) storage.resize(size_t(bytes) + 64);
-  void* ws = storage.data() + (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64) % 64;
+  constexpr size_t kAlign = GMMGEN_WORKSPACE_ALIGNMENT;
+  int64_t bytes = k.workspace_bytes(args.m);
+  if (bytes < 0 || storage.size() < size_t(bytes) + kAlign) {
+    bytes = checked_workspace_bytes(k, args);
+    storage.resize(size_t(bytes) + kAlign);
+  }
+  void* ws =
+      storage.data() + (kAlign - reinterpret_cast<uintptr_t>(storage.data()) % kAlign) % kAlign;
   char err[512] = {0};
   int64_t items = 0;
   if (const int rc = k.plan(&args, ws, bytes, &items, err, sizeof err); rc != GMMGEN_OK)
@@ -235,6 +256,36 @@ std::string shape_of(const TensorView& v) {
   return s + "]";
 }
 
+// A view's sizes, before anything uses them: dimensions >= 0 and a byte extent ((rows - 1) * ld
+// + row elements) that fits in int64 (checked arithmetic), so no later size computation can
+// overflow. Leading dimensions below the row length are the kernel's to reject.
+void check_view(const char* name, const TensorView& v) {
+  if (int(v.dtype) < 0 || int(v.dtype) >= kNumDTypes)  // a cast int, from C++ or C
+    throw InvalidArgument(std::string(name) + ".dtype=" + std::to_string(int(v.dtype)) +
+                          " is not a DType (0 to " + std::to_string(kNumDTypes - 1) + ")");
+  for (int i = 0; i < v.ndim; ++i)
+    if (v.shape[i] < 0)
+      throw InvalidArgument(std::string(name) + " " + shape_of(v) + " has a negative dimension");
+  const int64_t row = v.shape[v.ndim - 1];
+  int64_t rows = 1, elems = 0, bits = 0;
+  bool overflow = false;
+  for (int i = 0; i + 1 < v.ndim; ++i) overflow |= __builtin_mul_overflow(rows, v.shape[i], &rows);
+  if (rows > 0 && row > 0)
+    overflow |= __builtin_mul_overflow(rows - 1, std::max(v.ld, row), &elems) ||
+                __builtin_add_overflow(elems, row, &elems) ||
+                __builtin_mul_overflow(elems, int64_t(bits_of(v.dtype)), &bits);
+  if (overflow)
+    throw InvalidArgument(std::string(name) + " " + shape_of(v) +
+                          " with ld=" + std::to_string(v.ld) + " spans more than 2^63 bytes");
+}
+
+// The kernels' limit on rows (gmmgen/kernel_abi.h), checked before a kernel is even looked up.
+void check_m(int64_t m, const TensorView& v, const char* name) {
+  if (m > GMMGEN_MAX_M)
+    throw InvalidArgument("M=" + std::to_string(m) + " (" + name + " " + shape_of(v) +
+                          ") must be in [0, 2^31)");
+}
+
 void check_groups(std::span<const int32_t> group_sizes) {
   if (group_sizes.empty() || group_sizes.size() > (1u << 20))
     throw InvalidArgument("group_sizes must have 1 to 2^20 entries, got " +
@@ -243,6 +294,7 @@ void check_groups(std::span<const int32_t> group_sizes) {
 
 void check_existing(const TensorView& out, const TensorView* existing) {
   if (!existing) return;
+  check_view("existing_out", *existing);
   if (existing->ndim != out.ndim || existing->shape != out.shape)
     throw InvalidArgument("existing_out " + shape_of(*existing) + " must have out's shape " +
                           shape_of(out));
@@ -277,8 +329,12 @@ KernelSpec Runtime::gmm_spec(const TensorView& lhs, const TensorView& rhs,
         "rhs must be 3-D [G_local, K, N] (or [G_local, N, K] with transpose_rhs), got " +
         shape_of(rhs));
   if (out.ndim != 2) throw InvalidArgument("out must be 2-D [M, N], got " + shape_of(out));
-  check_groups(group_sizes);
   const int64_t m = lhs.shape[0], k = lhs.shape[1];
+  check_m(m, lhs, "lhs");
+  check_view("lhs", lhs);
+  check_view("rhs", rhs);
+  check_view("out", out);
+  check_groups(group_sizes);
   const int64_t rhs_k = o.transpose_rhs ? rhs.shape[2] : rhs.shape[1];
   const int64_t n = o.transpose_rhs ? rhs.shape[1] : rhs.shape[2];
   if (rhs_k != k)
@@ -320,8 +376,12 @@ KernelSpec Runtime::tgmm_spec(const TensorView& lhs, const TensorView& rhs,
     throw InvalidArgument(
         "out must be 3-D [G_local, K, N] (or [G_local, N, K] with transpose_out), got " +
         shape_of(out));
-  check_groups(group_sizes);
   const int64_t m = o.lhs_transposed ? lhs.shape[1] : lhs.shape[0];
+  check_m(m, lhs, "lhs");
+  check_view("lhs", lhs);
+  check_view("rhs", rhs);
+  check_view("out", out);
+  check_groups(group_sizes);
   const int64_t k = o.lhs_transposed ? lhs.shape[0] : lhs.shape[1];
   const int64_t n = rhs.shape[1];
   if (rhs.shape[0] != m)
@@ -379,7 +439,10 @@ void Runtime::gmm_vjp(const TensorView& dout, const TensorView& lhs, const Tenso
       make_args(dout, rhs, group_sizes, dlhs, o.group_offset, nullptr, dout.shape[0]);
   const gmmgen_args a_drhs =
       make_args(lhs, dout, group_sizes, drhs, o.group_offset, nullptr, dout.shape[0]);
-  // Both calls are planned (every argument checked) before either output is written.
+  // Both calls are checked before either workspace grows, and planned before either output is
+  // written.
+  checked_workspace_bytes(k_dlhs, a_dlhs);
+  checked_workspace_bytes(k_drhs, a_drhs);
   thread_local std::vector<unsigned char> storage_dlhs, storage_drhs;
   const Planned p_dlhs = plan_call(k_dlhs, a_dlhs, storage_dlhs);
   const Planned p_drhs = plan_call(k_drhs, a_drhs, storage_drhs);
