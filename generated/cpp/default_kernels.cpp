@@ -2,27 +2,39 @@
 // Bundle: default_kernels: every kernel of one spec set in one translation unit, and a table of
 // their entry points for registries (gmmgen_kernel_entry, see gmmgen/kernel_abi.h).
 #include "default_kernels.h"
-#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_4bb34b14.cpp"
-#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_beb25408.cpp"
-#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_68f98cc6.cpp"
-#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_99be377e.cpp"
-#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_600b896c.cpp"
-#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_bcf92200.cpp"
-#include "tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_628afc9a.cpp"
-#include "tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_5c63a79b.cpp"
+#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_252ba328.cpp"
+#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_21724c9b.cpp"
+#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_92e31a53.cpp"
+#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_e273e010.cpp"
+#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_d155bcd1.cpp"
+#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_8bc092e3.cpp"
+#include "tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_a81954ab.cpp"
+#include "tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_070ad2a8.cpp"
+#include "gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_2e7d4ba6.cpp"
+#include "tgmm_f8e4m3xf8e5m2_f32_k512_n768_g8_t256x96x128_qlblock128_qrblock128_4a1c414b.cpp"
+#include "gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_0a9ab240.cpp"
+#include "gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_18ff630a.cpp"
+#include "gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_20371404.cpp"
+#include "gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_3c302ec2.cpp"
 
 extern "C" {
 
 const gmmgen_kernel_entry default_kernels_kernels[] = {
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_4bb34b14),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_beb25408),
-    GMMGEN_KERNEL_ENTRY(gmm_f32xf32_f32_k256_n384_g16_t32x128x64_68f98cc6),
-    GMMGEN_KERNEL_ENTRY(gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_99be377e),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_600b896c),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_bcf92200),
-    GMMGEN_KERNEL_ENTRY(tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_628afc9a),
-    GMMGEN_KERNEL_ENTRY(tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_5c63a79b),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_252ba328),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_21724c9b),
+    GMMGEN_KERNEL_ENTRY(gmm_f32xf32_f32_k256_n384_g16_t32x128x64_92e31a53),
+    GMMGEN_KERNEL_ENTRY(gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_e273e010),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_d155bcd1),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_8bc092e3),
+    GMMGEN_KERNEL_ENTRY(tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_a81954ab),
+    GMMGEN_KERNEL_ENTRY(tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_070ad2a8),
+    GMMGEN_KERNEL_ENTRY(gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_2e7d4ba6),
+    GMMGEN_KERNEL_ENTRY(tgmm_f8e4m3xf8e5m2_f32_k512_n768_g8_t256x96x128_qlblock128_qrblock128_4a1c414b),
+    GMMGEN_KERNEL_ENTRY(gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_0a9ab240),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_18ff630a),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_20371404),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_3c302ec2),
 };
-const int32_t default_kernels_kernel_count = 8;
+const int32_t default_kernels_kernel_count = 14;
 
 }  // extern "C"

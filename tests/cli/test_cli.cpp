@@ -48,11 +48,10 @@ TEST(Cli, EmitWritesSourcesAndManifest) {
 
 TEST(Cli, InvalidSpecExitsNonZeroNamesParameterWritesNothing) {
   const fs::path out = fresh_dir("invalid");
-  ProcessResult r =
-      cli({"emit", "--spec", "k=1000,n=64,g=4,lhs_quant=block:128", "--out", out.string()});
+  ProcessResult r = cli(
+      {"emit", "--spec", "k=1000,n=64,g=4,lhs=i8,rhs=i8,rhs_quant=channel", "--out", out.string()});
   EXPECT_NE(0, r.status);
-  EXPECT_NE(r.output.find("K=1000 is not a multiple of block size 128"), std::string::npos)
-      << r.output;
+  EXPECT_NE(r.output.find("lhs=i8 needs scales"), std::string::npos) << r.output;
   EXPECT_FALSE(fs::exists(out));
   // One bad spec among good ones: still nothing written.
   r = cli(

@@ -305,14 +305,19 @@ TEST(HardeningKernels, ExistingOutMayBeOutButNotOverlapIt) {
 
 // ---- Item 10: the ABI says what the kernels do ------------------------------------------------
 
-TEST(HardeningKernels, InfoCarriesTheDtypesAndAbiVersion3) {
-  static_assert(GMMGEN_ABI_VERSION == 3, "gmmgen_kernel_info gained dtype fields");
+TEST(HardeningKernels, InfoCarriesTheDtypesScalesAndAbiVersion4) {
+  static_assert(GMMGEN_ABI_VERSION == 4, "ABI 4: scale pointers in gmmgen_args");
   for (const auto& k : all_kernels()) {
     const gmmgen_kernel_info* i = k.fns->info();
-    EXPECT_EQ(3u, i->abi_version) << k.name;
+    EXPECT_EQ(4u, i->abi_version) << k.name;
     EXPECT_EQ(int(k.spec.lhs), i->lhs_dtype) << k.name;
     EXPECT_EQ(int(k.spec.rhs), i->rhs_dtype) << k.name;
     EXPECT_EQ(int(k.spec.out), i->out_dtype) << k.name;
+    EXPECT_EQ(int(k.spec.lhs_quant.kind), i->lhs_quant) << k.name;
+    EXPECT_EQ(int(k.spec.rhs_quant.kind), i->rhs_quant) << k.name;
+    EXPECT_EQ(k.spec.lhs_quant.block_k, i->lhs_block_k) << k.name;
+    EXPECT_EQ(k.spec.rhs_quant.block_k, i->rhs_block_k) << k.name;
+    EXPECT_EQ(k.spec.rhs_quant.block_n, i->rhs_block_n) << k.name;
   }
 }
 

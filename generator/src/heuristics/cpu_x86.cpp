@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 
+#include "gmmgen/codes.h"
 #include "gmmgen/heuristics.h"
 
 #if defined(__x86_64__) || defined(__i386__)
@@ -150,6 +151,14 @@ int64_t scratch_bytes(const KernelSpec& s, const IsaFamily& f) {
     // and mr lhs rows converted to f32 [mr][tk].
     const int64_t cols = packed_cols(tn, f.nr);
     floats = tm * cols + (tk + 1) / 2 * 2 * cols + f.mr * tk;
+  }
+  // Quantized operands (templates/cpp/quant/): the partial product of the current scale block,
+  // in f32 and in i32, beside the accumulators.
+  if (codes::is_quantized(s.lhs) || codes::is_quantized(s.rhs)) {
+    const bool t = s.transpose_rhs;
+    const int64_t acc = s.op == Op::kTgmm ? (t ? tn : tk) * packed_cols(t ? tk : tn, f.nr)
+                                          : tm * packed_cols(tn, f.nr);
+    floats += 2 * acc;
   }
   return (floats * 4 + 63) / 64 * 64;
 }

@@ -1,5 +1,6 @@
 #include "codecs.h"
 
+#include <algorithm>
 #include <array>
 #include <charconv>
 #include <vector>
@@ -178,17 +179,17 @@ const FieldCodec quant_codec{
     },
     [](const void* a, const void* b) { return as<Quant>(a) == as<Quant>(b); },
     [](const void* v) { return nlohmann::ordered_json(to_string(as<Quant>(v))); },
-    // ':' cannot appear in a name: block:128x128 is named block-128x128.
+    // Names are C identifiers: block:128x128 is named block128x128.
     [](const void* v) {
       std::string t = to_string(as<Quant>(v));
-      for (char& c : t)
-        if (c == ':') c = '-';
+      t.erase(std::remove(t.begin(), t.end(), ':'), t.end());
       return t;
     },
     [](void* v, std::string_view t) {
       std::string s(t);
-      for (char& c : s)
-        if (c == '-') c = ':';
+      constexpr std::string_view kBlock = "block";
+      if (s.size() > kBlock.size() && s.compare(0, kBlock.size(), kBlock) == 0)
+        s.insert(kBlock.size(), ":");
       try {
         as<Quant>(v) = parse_quant(s, "kernel name");
       } catch (const SpecError&) {

@@ -2,6 +2,7 @@
 #include "gmmgen/spec.h"
 
 #include "codecs.h"
+#include "gmmgen/codes.h"
 #include "gmmgen/heuristics.h"
 #include "gmmgen/target.h"
 
@@ -80,30 +81,48 @@ void validate(const KernelSpec& s) {
   auto uses = [&](std::string_view p, DType d, unsigned use, const char* rule) {
     if (!(dtype_info(d).uses & use)) fail(std::string(p) + "=" + std::string(to_string(d)) + rule);
   };
-  uses("out", s.out, kUseOut, " is not one of: f32, bf16, f16");
-  uses("lhs", s.lhs, kUseLhs, ": nf4 is a weight format, allowed for rhs only");
+  uses("out", s.out, kUseOut, " is not one of: f32, bf16, f16 (outputs are floating point)");
+  uses("lhs", s.lhs, kUseLhs, ": nf4 and t2 are weight formats, allowed for rhs only");
   uses("rhs", s.rhs, kUseRhs, ": not a weight format");
-  if (is_integer(s.lhs) != is_integer(s.rhs) && dtype_info(s.rhs).kind != DTypeKind::kCodebook)
+  if (is_integer(s.lhs) && !is_integer(s.rhs))
     fail("lhs=" + std::string(to_string(s.lhs)) + " with rhs=" + std::string(to_string(s.rhs)) +
-         ": integer operands pair only with integer operands (unsupported dtype pair)");
+         ": integer activations pair only with integer weights (i8, i4, t2), whose products are "
+         "summed exactly in i32");
+  if (s.op == Op::kTgmm)
+    for (auto [p, d] : {std::pair{"lhs", s.lhs}, std::pair{"rhs", s.rhs}})
+      if (d == DType::kNF4 || d == DType::kT2)
+        fail(std::string(p) + "=" + std::string(to_string(d)) +
+             ": tgmm takes activations and gradients, not a weight format");
 
-  // Quantization rules.
-  auto check_quant = [&](std::string_view p, const Quant& q, bool is_rhs) {
+  // Quantization rules (DESIGN §7): scales belong to quantized dtypes, and codes that mean
+  // nothing without scales must have them.
+  auto check_quant = [&](std::string_view p, DType d, std::string_view dp, const Quant& q,
+                         bool is_rhs) {
+    const std::string what = std::string(p) + "=" + to_string(q);
+    if (q.kind == QuantKind::kNone) {
+      if (codes::needs_scales(d))
+        fail(std::string(dp) + "=" + std::string(to_string(d)) + " needs scales: its codes are " +
+             "not values (set " + std::string(p) + " to tensor, channel or block:B)");
+      return;
+    }
+    if (!codes::is_quantized(d))
+      fail(what + ": scales apply to quantized dtypes (f8e4m3, f8e5m2, i8, i4, nf4, t2), not " +
+           std::string(dp) + "=" + std::string(to_string(d)));
     if (q.kind != QuantKind::kBlock) return;
-    if (q.block_k < 1) fail(std::string(p) + "=" + to_string(q) + ": block size must be >= 1");
-    if (s.k % q.block_k != 0)
-      fail("K=" + std::to_string(s.k) + " is not a multiple of block size " +
-           std::to_string(q.block_k) + " (" + std::string(p) + "=" + to_string(q) + ")");
+    auto block_rule = [&](int64_t b) {
+      if (b < 16 || b > kMaxTile || (b & (b - 1)) != 0)
+        fail(what + ": block size " + std::to_string(b) + " must be a power of two in [16, " +
+             std::to_string(kMaxTile) + "]");
+    };
+    block_rule(q.block_k);
     if (q.block_n != 0) {
-      if (!is_rhs) fail(std::string(p) + "=" + to_string(q) + ": block:BxB is for rhs only");
-      if (q.block_n < 1) fail(std::string(p) + "=" + to_string(q) + ": block size must be >= 1");
-      if (s.n % q.block_n != 0)
-        fail("N=" + std::to_string(s.n) + " is not a multiple of block size " +
-             std::to_string(q.block_n) + " (" + std::string(p) + "=" + to_string(q) + ")");
+      if (!is_rhs || s.op != Op::kGmm)
+        fail(what + ": block:BxB (2-D blocks) is for gmm's rhs (the weights) only");
+      block_rule(q.block_n);
     }
   };
-  check_quant("lhs_quant", s.lhs_quant, false);
-  check_quant("rhs_quant", s.rhs_quant, true);
+  check_quant("lhs_quant", s.lhs, "lhs", s.lhs_quant, false);
+  check_quant("rhs_quant", s.rhs, "rhs", s.rhs_quant, true);
 
   if (s.lhs_layout == LhsLayout::kKM && s.op != Op::kTgmm)
     fail("lhs_layout=km applies to op=tgmm only (gmm takes lhs as [M, K])");

@@ -4,7 +4,10 @@
 #include <algorithm>
 #include <array>
 #include <cctype>
+#include <cmath>
+#include <cstdio>
 
+#include "gmmgen/codes.h"
 #include "gmmgen/heuristics.h"
 #include "gmmgen/target.h"
 #include "gmmgen/templates.h"
@@ -48,12 +51,44 @@ const OpTemplate& op_template(Op op) {
   throw std::logic_error("op " + std::string(to_string(op)) + " has no C++ template");
 }
 
+// A float as an exact C++ literal (hex float; NaN and infinity through compiler builtins).
+std::string float_literal(float v) {
+  if (std::isnan(v)) return "__builtin_nanf(\"\")";
+  if (std::isinf(v)) return v > 0 ? "__builtin_inff()" : "-__builtin_inff()";
+  char buf[48];
+  std::snprintf(buf, sizeof buf, "%af", double(v));
+  return buf;
+}
+
+// The context of a quantized dtype's traits (cpp/dtypes/quant.inc): the value of every code,
+// from gmmgen/codes.h, so that kernels decode by table exactly as the host does.
+mu::data quant_context(const DTypeInfo& d, mu::data ctx) {
+  const int codes_count = 1 << d.bits;
+  ctx.set("dtype", std::string(d.name));
+  ctx.set("traits", std::string(d.traits));
+  ctx.set("doc", d.kind == DTypeKind::kFloat     ? std::string("OCP FP8 values")
+                 : d.kind == DTypeKind::kInteger ? std::string("integer codes")
+                                                 : std::string("codebook indices"));
+  ctx.set("is_int", d.kind == DTypeKind::kInteger ? "true" : "false");
+  ctx.set("bits", std::to_string(d.bits));
+  ctx.set("per_byte", std::to_string(codes::elements_per_byte(d.id)));
+  ctx.set("codes", std::to_string(codes_count));
+  ctx.set("qmax", float_literal(float(codes::qmax(d.id))));
+  mu::data values{mu::data::type::list};
+  for (int c = 0; c < codes_count; ++c)
+    values.push_back(mu::object{{"v", float_literal(codes::decode(d.id, uint8_t(c)))}});
+  ctx.set("values", values);
+  return ctx;
+}
+
 // The dtype partials a kernel needs, once each, after the shared helpers.
 std::string render_dtypes(const KernelSpec& s, Renderer& r, const mu::data& ctx) {
   std::string text = r.render("cpp/dtypes/common.inc", ctx);
   for (const auto& d : dtype_table())
     if (s.lhs == d.id || s.rhs == d.id || s.out == d.id)
-      text += r.render("cpp/dtypes/" + std::string(d.name) + ".inc", ctx);
+      text += codes::is_quantized(d.id)
+                  ? r.render("cpp/dtypes/quant.inc", quant_context(d, ctx))
+                  : r.render("cpp/dtypes/" + std::string(d.name) + ".inc", ctx);
   return text;
 }
 
@@ -121,8 +156,6 @@ class CppTarget final : public Target {
     auto not_yet = [](const std::string& what) { throw SpecError("not supported yet: " + what); };
     for (auto [p, d] : {std::pair{"lhs", s.lhs}, std::pair{"rhs", s.rhs}, std::pair{"out", s.out}})
       if (dtype_info(d).c_type.empty()) not_yet(std::string(p) + "=" + std::string(to_string(d)));
-    if (s.lhs_quant.kind != QuantKind::kNone) not_yet("lhs_quant=" + to_string(s.lhs_quant));
-    if (s.rhs_quant.kind != QuantKind::kNone) not_yet("rhs_quant=" + to_string(s.rhs_quant));
     const int64_t scratch = scratch_bytes(s);
     if (scratch > kMaxScratchBytes) {
       const Tiling t = run_tiling(s);
@@ -166,6 +199,18 @@ class CppTarget final : public Target {
     ctx.set("rhs_traits", std::string(dtype_info(s.rhs).traits));
     ctx.set("out_traits", std::string(dtype_info(s.out).traits));
     ctx.set("scratch_bytes", std::to_string(scratch_bytes(s)));
+    // Quantized operands (DESIGN §7): scale schemes as GMMGEN_QUANT_* codes and block sizes.
+    const bool quant = codes::is_quantized(s.lhs) || codes::is_quantized(s.rhs);
+    ctx.set("quant", mu::data(quant));
+    ctx.set("quant_cpp", quant ? "true" : "false");
+    ctx.set("int_product", is_integer(s.lhs) && is_integer(s.rhs) ? "true" : "false");
+    static const char* kQuantCode[] = {"GMMGEN_QUANT_NONE", "GMMGEN_QUANT_TENSOR",
+                                       "GMMGEN_QUANT_CHANNEL", "GMMGEN_QUANT_BLOCK"};
+    ctx.set("lhs_quant_code", kQuantCode[int(s.lhs_quant.kind)]);
+    ctx.set("rhs_quant_code", kQuantCode[int(s.rhs_quant.kind)]);
+    ctx.set("lhs_block_k", std::to_string(s.lhs_quant.block_k));
+    ctx.set("rhs_block_k", std::to_string(s.rhs_quant.block_k));
+    ctx.set("rhs_block_n", std::to_string(s.rhs_quant.block_n));
     ctx.set("split_chunks", std::to_string(kSplitChunks));
     ctx.set("split_max_tiles", std::to_string(kSplitMaxTiles));
     ctx.set("split_max_elements", std::to_string(kSplitMaxElements));

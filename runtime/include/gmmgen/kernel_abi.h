@@ -52,7 +52,23 @@
  *
  * Memory layout: all operands are row-major. Leading dimensions (*_ld) are in elements and
  * must be >= the row length; a leading dimension of 0 means "packed" (exactly the row length).
- * Pointers must be aligned to their element size. Sub-byte types are not yet part of this ABI.
+ * Pointers must be aligned to their element size. Sub-byte dtypes (i4, nf4: two per byte, element
+ * 2j in the low nibble; t2: four per byte, element 4j in the lowest bits) pack along the stored
+ * row; their leading dimensions (in elements) must be multiples of the elements per byte, and a
+ * "packed" row is its length rounded up to whole bytes.
+ *
+ * Scales (DESIGN.md §7), f32, one array per quantized operand, with rows *_scale_ld apart:
+ *   gmm lhs [M, K]:  tensor [1]; channel [M]; block:B [M, ceil(K/B)].
+ *   gmm rhs:         tensor [1]; channel [G_local, N];
+ *                    block:B   [G_local, ceil(K/B), N]   ([G_local, N, ceil(K/B)] if
+ * transpose_rhs); block:BxC [G_local, ceil(K/B), ceil(N/C)] (transposed: [.., ceil(N/C),
+ *                    ceil(K/B)]).
+ *   tgmm lhs:        tensor [1]; channel [K]; block:B [ceil(M/B), K] ([K, ceil(M/B)] if lhs is
+ *                    [K, M]), blocks of GLOBAL rows: a block straddling a group boundary serves
+ *                    both groups, each summing only its own rows.
+ *   tgmm rhs [M, N]: tensor [1]; channel [N]; block:B [ceil(M/B), N].
+ * Every scale a call reads must be finite and > 0 (else GMMGEN_ERR_INVALID_ARGUMENT, output
+ * untouched); scales of experts or rows the call does not read are not looked at.
  */
 #ifndef GMMGEN_KERNEL_ABI_H_
 #define GMMGEN_KERNEL_ABI_H_
@@ -65,7 +81,7 @@ extern "C" {
 #endif
 
 /* Bumped on any incompatible change of the structs or function signatures below. */
-#define GMMGEN_ABI_VERSION 3
+#define GMMGEN_ABI_VERSION 4
 
 /* Return codes. */
 #define GMMGEN_OK 0
@@ -92,9 +108,18 @@ extern "C" {
   X(F8E5M2, 4)           \
   X(I8, 5)               \
   X(I4, 6)               \
-  X(NF4, 7)
+  X(NF4, 7)              \
+  X(T2, 8)
 #define GMMGEN_DTYPE_ENUM_(name, code) GMMGEN_DTYPE_##name = code,
 enum { GMMGEN_DTYPES(GMMGEN_DTYPE_ENUM_) GMMGEN_DTYPE_COUNT_ };
+
+/* Scale schemes of a quantized operand (DESIGN.md §7), in gmmgen_kernel_info.*_quant. */
+#define GMMGEN_QUANT_NONE 0    /* no scales: the codes are the values */
+#define GMMGEN_QUANT_TENSOR 1  /* one scale */
+#define GMMGEN_QUANT_CHANNEL 2 /* one scale per row (lhs) or output column (rhs) */
+#define GMMGEN_QUANT_BLOCK                                         \
+  3 /* one scale per block of *_block_k along the contraction axis \
+       (and of rhs_block_n along N for rhs block:BxB) */
 
 /* Operation codes in gmmgen_kernel_info.op. */
 #define GMMGEN_OP_GMM 0
@@ -121,6 +146,9 @@ typedef struct gmmgen_kernel_info {
   int32_t lhs_layout;            /* tgmm: 0 if lhs is [M, K], 1 if [K, M]; gmm: 0 */
   int32_t tm, tk, tn;            /* the spec's tiling (tk > k, tn > n run as k, n) */
   int32_t lhs_dtype, rhs_dtype, out_dtype; /* element types: GMMGEN_DTYPE_* codes */
+  int32_t lhs_quant, rhs_quant;            /* scale schemes: GMMGEN_QUANT_* */
+  int32_t lhs_block_k, rhs_block_k;        /* block sizes along the contraction axis (BLOCK) */
+  int32_t rhs_block_n;                     /* rhs block:BxB: block size along N; else 0 */
 } gmmgen_kernel_info;
 
 typedef struct gmmgen_args {
@@ -142,6 +170,13 @@ typedef struct gmmgen_args {
   const void* existing_out;   /* EXISTING/ACCUMULATE modes: shaped like out, may equal out;
                                  NULL in PLAIN mode */
   int64_t existing_out_ld;    /* elements between consecutive existing_out rows (0: packed) */
+  /* Scales of quantized operands (f32, positive and finite; NULL when the operand's scheme is
+   * GMMGEN_QUANT_NONE). Each scale array is laid out like the operand it scales, rows
+   * *_scale_ld elements apart (0: packed); see "Scales" above. */
+  const float* lhs_scale;
+  int64_t lhs_scale_ld;
+  const float* rhs_scale;
+  int64_t rhs_scale_ld;
 } gmmgen_args;
 
 /* The entry points of every kernel, in one list: X(ARG, return type, field, symbol suffix,

@@ -41,12 +41,23 @@ struct TensorView {
   }
 };
 
+// The scales of a quantized operand (DESIGN.md §7): its scheme and the f32 scale array, laid out
+// as gmmgen/kernel_abi.h says ("Scales"), rows `ld` floats apart (0: packed). An operand of a
+// quantized dtype (i8, i4, nf4, t2: always; fp8: optionally) names its scheme here; the kernel
+// checks the scales it reads (finite and > 0).
+struct Scales {
+  Quant scheme;  // kind kNone: the operand has no scales
+  const float* data = nullptr;
+  int64_t ld = 0;
+};
+
 struct GmmOptions {
   bool transpose_rhs = false;                // rhs is [G_local, N, K]
   int32_t group_offset = 0;                  // first active group
   const TensorView* existing_out = nullptr;  // keep rows outside the active groups from here
   bool accumulate = false;                   // with existing_out: active rows add existing_out
   std::optional<Tiling> tiling;              // default: the heuristic (gmmgen/heuristics.h)
+  Scales lhs_scales, rhs_scales;             // quantized lhs / rhs (DESIGN.md §7)
 };
 
 struct TgmmOptions {
@@ -55,6 +66,7 @@ struct TgmmOptions {
   bool transpose_out = false;                // out is [G_local, N, K]
   const TensorView* existing_out = nullptr;  // out = existing_out + product (may alias out)
   std::optional<Tiling> tiling;
+  Scales lhs_scales, rhs_scales;  // quantized lhs / rhs: blocks of global rows along M
 };
 
 // The 9-tuple tiling of the backward pass: (tm, tk, tn) for the forward, dlhs and drhs

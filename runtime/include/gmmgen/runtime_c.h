@@ -98,6 +98,40 @@ int gmmgen_runtime_register(gmmgen_runtime* runtime, const gmmgen_kernel_entry* 
 
 void gmmgen_runtime_get_stats(const gmmgen_runtime* runtime, gmmgen_runtime_stats* stats);
 
+/* ---- Quantizers (DESIGN.md §7; C++ API and the rules in detail: gmmgen/quantize.hpp) ----------
+ * x is f32 row-major [rows, cols], x_ld elements apart; codes are [rows, cols] in the dtype's
+ * storage (sub-byte codes packed along the row), codes_ld in elements (a multiple of the codes
+ * per byte); scales f32, scales_ld apart; every ld 0 = packed. dtype: a quantized GMMGEN_DTYPE_*;
+ * scheme as in specs: "tensor", "channel", "block:B", "block:BxC" ("none": fp8 cast, no scales);
+ * calibration: "absmax" (NULL means absmax) or "fixed:LO:HI" (e.g. "fixed:-1.5:2"). axis: the
+ * contraction axis, which decides the scale layout:
+ *   GMMGEN_QUANT_AXIS_COLS (gmm lhs [M, K], weights [N, K]): channel [rows]; block:B
+ *     [rows, ceil(cols/B)]; block:BxC [ceil(rows/C), ceil(cols/B)];
+ *   GMMGEN_QUANT_AXIS_ROWS (weights [K, N], tgmm operands): channel [cols]; block:B
+ *     [ceil(rows/B), cols]; block:BxC [ceil(rows/B), ceil(cols/C)];
+ *   tensor: [1] either way. Last blocks may be partial.
+ * Every argument and every value of x (finite) is checked before anything is written. */
+#define GMMGEN_QUANT_AXIS_ROWS 0
+#define GMMGEN_QUANT_AXIS_COLS 1
+
+int gmmgen_quantize(const float* x, int64_t rows, int64_t cols, int64_t x_ld, int32_t dtype,
+                    const char* scheme, int32_t axis, const char* calibration, void* codes,
+                    int64_t codes_ld, float* scales, int64_t scales_ld, char* err, size_t err_len);
+
+/* An activation x [M, K] quantized with scheme "block:B" both row-wise (row_codes [M, K],
+ * row_scales [M, ceil(K/B)]: as gmmgen_quantize with axis COLS) and column-wise (col_codes
+ * [M, K], col_scales [ceil(M/B), K]: axis ROWS), in one pass over x; bit for bit the two calls. */
+int gmmgen_quantize_dual(const float* x, int64_t rows, int64_t cols, int64_t x_ld, int32_t dtype,
+                         const char* scheme, const char* calibration, void* row_codes,
+                         int64_t row_codes_ld, float* row_scales, int64_t row_scales_ld,
+                         void* col_codes, int64_t col_codes_ld, float* col_scales,
+                         int64_t col_scales_ld, char* err, size_t err_len);
+
+/* x [rows, cols] = decode(code) * scale, rounded once to f32; every scale must be finite, > 0. */
+int gmmgen_dequantize(const void* codes, int64_t codes_ld, const float* scales, int64_t scales_ld,
+                      int64_t rows, int64_t cols, int32_t dtype, const char* scheme, int32_t axis,
+                      float* x, int64_t x_ld, char* err, size_t err_len);
+
 #ifdef __cplusplus
 } /* extern "C" */
 #endif

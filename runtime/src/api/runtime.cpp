@@ -305,7 +305,7 @@ void check_existing(const TensorView& out, const TensorView* existing) {
 
 gmmgen_args make_args(const TensorView& lhs, const TensorView& rhs, std::span<const int32_t> sizes,
                       const TensorView& out, int32_t group_offset, const TensorView* existing,
-                      int64_t m) {
+                      int64_t m, const Scales& lhs_scales = {}, const Scales& rhs_scales = {}) {
   gmmgen_args a{};
   a.abi_version = GMMGEN_ABI_VERSION;
   a.m = m;
@@ -315,6 +315,8 @@ gmmgen_args make_args(const TensorView& lhs, const TensorView& rhs, std::span<co
   a.group_offset = group_offset;
   a.out = out.data, a.out_ld = out.ld;
   if (existing) a.existing_out = existing->data, a.existing_out_ld = existing->ld;
+  a.lhs_scale = lhs_scales.data, a.lhs_scale_ld = lhs_scales.ld;
+  a.rhs_scale = rhs_scales.data, a.rhs_scale_ld = rhs_scales.ld;
   return a;
 }
 
@@ -349,6 +351,7 @@ KernelSpec Runtime::gmm_spec(const TensorView& lhs, const TensorView& rhs,
   KernelSpec s;
   s.op = Op::kGmm;
   s.lhs = lhs.dtype, s.rhs = rhs.dtype, s.out = out.dtype;
+  s.lhs_quant = o.lhs_scales.scheme, s.rhs_quant = o.rhs_scales.scheme;
   s.k = k, s.n = n, s.g = int64_t(group_sizes.size()), s.g_local = rhs.shape[0];
   s.transpose_rhs = o.transpose_rhs;
   s.out_mode = o.existing_out ? (o.accumulate ? OutMode::kAccumulate : OutMode::kExistingOut)
@@ -362,7 +365,8 @@ void Runtime::gmm(const TensorView& lhs, const TensorView& rhs,
                   const GmmOptions& o) {
   const gmmgen_kernel_entry& k =
       impl_->dispatch(gmm_spec(lhs, rhs, group_sizes, out, o), o.tiling.has_value());
-  run(k, make_args(lhs, rhs, group_sizes, out, o.group_offset, o.existing_out, lhs.shape[0]));
+  run(k, make_args(lhs, rhs, group_sizes, out, o.group_offset, o.existing_out, lhs.shape[0],
+                   o.lhs_scales, o.rhs_scales));
 }
 
 KernelSpec Runtime::tgmm_spec(const TensorView& lhs, const TensorView& rhs,
@@ -398,6 +402,7 @@ KernelSpec Runtime::tgmm_spec(const TensorView& lhs, const TensorView& rhs,
   KernelSpec s;
   s.op = Op::kTgmm;
   s.lhs = lhs.dtype, s.rhs = rhs.dtype, s.out = out.dtype;
+  s.lhs_quant = o.lhs_scales.scheme, s.rhs_quant = o.rhs_scales.scheme;
   s.k = k, s.n = n, s.g = int64_t(group_sizes.size()), s.g_local = out.shape[0];
   s.transpose_rhs = o.transpose_out;
   s.lhs_layout = o.lhs_transposed ? LhsLayout::kKM : LhsLayout::kMK;
@@ -411,7 +416,8 @@ void Runtime::tgmm(const TensorView& lhs, const TensorView& rhs,
                    const TgmmOptions& o) {
   const gmmgen_kernel_entry& k =
       impl_->dispatch(tgmm_spec(lhs, rhs, group_sizes, out, o), o.tiling.has_value());
-  run(k, make_args(lhs, rhs, group_sizes, out, o.group_offset, o.existing_out, rhs.shape[0]));
+  run(k, make_args(lhs, rhs, group_sizes, out, o.group_offset, o.existing_out, rhs.shape[0],
+                   o.lhs_scales, o.rhs_scales));
 }
 
 void Runtime::gmm_vjp(const TensorView& dout, const TensorView& lhs, const TensorView& rhs,

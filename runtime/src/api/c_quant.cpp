@@ -1,0 +1,103 @@
+// The quantizers' C API: plain C arguments to the C++ quantizers, exceptions to error codes and
+// messages (the convention of c_api.cpp).
+#include <cstring>
+#include <new>
+#include <string>
+
+#include "gmmgen/quantize.hpp"
+#include "gmmgen/runtime_c.h"
+
+namespace {
+
+int report(char* err, size_t err_len, int code, const char* msg) {
+  if (err && err_len) {
+    std::strncpy(err, msg, err_len - 1);
+    err[err_len - 1] = '\0';
+  }
+  return code;
+}
+
+template <typename F>
+int guarded(char* err, size_t err_len, F&& fn) {
+  try {
+    fn();
+    if (err && err_len) err[0] = '\0';
+    return GMMGEN_OK;
+  } catch (const std::invalid_argument& e) {  // InvalidArgument and the spec parser's SpecError
+    return report(err, err_len, GMMGEN_ERR_INVALID_ARGUMENT, e.what());
+  } catch (const std::bad_alloc&) {
+    return report(err, err_len, GMMGEN_ERR_OUT_OF_MEMORY, "out of memory");
+  } catch (const std::exception& e) {
+    return report(err, err_len, GMMGEN_ERR_INTERNAL, e.what());
+  }
+}
+
+gmmgen::DType dtype_of(int32_t code) {
+  if (code < 0 || code >= GMMGEN_DTYPE_COUNT_)
+    throw gmmgen::InvalidArgument("dtype=" + std::to_string(code) +
+                                  " is not a GMMGEN_DTYPE_* code");
+  return gmmgen::DType(code);
+}
+
+gmmgen::Quant scheme_of(const char* scheme) {
+  if (!scheme) throw gmmgen::InvalidArgument("scheme is NULL");
+  return gmmgen::parse_quant_scheme(scheme);
+}
+
+gmmgen::Calibration calibration_of(const char* calibration) {
+  return calibration ? gmmgen::parse_calibration(calibration) : gmmgen::Calibration{};
+}
+
+gmmgen::QuantAxis axis_of(int32_t axis) {
+  if (axis != GMMGEN_QUANT_AXIS_ROWS && axis != GMMGEN_QUANT_AXIS_COLS)
+    throw gmmgen::InvalidArgument(
+        "axis=" + std::to_string(axis) +
+        " is not GMMGEN_QUANT_AXIS_ROWS (0) or GMMGEN_QUANT_AXIS_COLS (1)");
+  return gmmgen::QuantAxis(axis);
+}
+
+}  // namespace
+
+extern "C" {
+
+int gmmgen_quantize(const float* x, int64_t rows, int64_t cols, int64_t x_ld, int32_t dtype,
+                    const char* scheme, int32_t axis, const char* calibration, void* codes,
+                    int64_t codes_ld, float* scales, int64_t scales_ld, char* err, size_t err_len) {
+  return guarded(err, err_len, [&] {
+    gmmgen::QuantizeOptions o;
+    o.dtype = dtype_of(dtype);
+    o.scheme = scheme_of(scheme);
+    o.axis = axis_of(axis);
+    o.calibration = calibration_of(calibration);
+    gmmgen::quantize(x, rows, cols, x_ld, o, codes, codes_ld, scales, scales_ld);
+  });
+}
+
+int gmmgen_quantize_dual(const float* x, int64_t rows, int64_t cols, int64_t x_ld, int32_t dtype,
+                         const char* scheme, const char* calibration, void* row_codes,
+                         int64_t row_codes_ld, float* row_scales, int64_t row_scales_ld,
+                         void* col_codes, int64_t col_codes_ld, float* col_scales,
+                         int64_t col_scales_ld, char* err, size_t err_len) {
+  return guarded(err, err_len, [&] {
+    gmmgen::DualQuantizeOptions o;
+    o.dtype = dtype_of(dtype);
+    o.scheme = scheme_of(scheme);
+    o.calibration = calibration_of(calibration);
+    gmmgen::quantize_dual(x, rows, cols, x_ld, o, row_codes, row_codes_ld, row_scales,
+                          row_scales_ld, col_codes, col_codes_ld, col_scales, col_scales_ld);
+  });
+}
+
+int gmmgen_dequantize(const void* codes, int64_t codes_ld, const float* scales, int64_t scales_ld,
+                      int64_t rows, int64_t cols, int32_t dtype, const char* scheme, int32_t axis,
+                      float* x, int64_t x_ld, char* err, size_t err_len) {
+  return guarded(err, err_len, [&] {
+    gmmgen::QuantizeOptions o;
+    o.dtype = dtype_of(dtype);
+    o.scheme = scheme_of(scheme);
+    o.axis = axis_of(axis);
+    gmmgen::dequantize(codes, codes_ld, scales, scales_ld, rows, cols, o, x, x_ld);
+  });
+}
+
+}  // extern "C"

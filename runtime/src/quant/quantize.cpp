@@ -1,0 +1,698 @@
+// The quantizers: validation first (arguments, then x's values), then one pass over x per
+// panel of whole scale blocks, small enough to stay in cache between its amax and its encoding.
+#include "gmmgen/quantize.hpp"
+
+#include <algorithm>
+#include <charconv>
+#include <cmath>
+#include <cstring>
+#include <initializer_list>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "gmmgen/codes.h"
+#include "gmmgen/heuristics.h"
+
+namespace gmmgen {
+namespace {
+
+// Columns of one panel when blocks are narrow: 256 f32 per row keeps a 128-row panel in L2.
+constexpr int64_t kPanelCols = 256;
+
+[[noreturn]] void fail(const std::string& msg) {
+  throw InvalidArgument(msg);
+}
+
+std::string num(double v) {
+  char buf[64];
+  const auto r = std::to_chars(buf, buf + sizeof buf, v);
+  return std::string(buf, r.ptr);
+}
+
+// At most 100 characters of a caller's text, control characters escaped.
+std::string quoted(std::string_view s) {
+  std::string out;
+  for (const char c : s.substr(0, 100)) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      static constexpr char kHex[] = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[(c >> 4) & 0xf];
+      out += kHex[c & 0xf];
+    } else {
+      out += c;
+    }
+  }
+  if (s.size() > 100) out += "... (" + std::to_string(s.size()) + " characters)";
+  return out;
+}
+
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+bool is_fp8(DType d) {
+  return d == DType::kF8E4M3 || d == DType::kF8E5M2;
+}
+
+// ---- Encoding: the inverse of codes::decode. -------------------------------------------------
+
+// What encoding a dtype needs, computed once per call.
+struct Codec {
+  DType dtype;
+  double qmax = 0.0;
+  // fp8: the host format of the dtype table (significand bits with the implicit one, smallest
+  // normal exponent, largest value) and half its smallest subnormal (at most that rounds to 0).
+  int precision = 0, emin = 0;
+  double max = 0.0, half_min_subnormal = 0.0;
+  // nf4: the midpoints between neighbouring levels, and whether a tie at midpoint i goes up to
+  // code i + 1 (ties go to the level nearer zero).
+  double nf4_mid[15] = {};
+  bool nf4_tie_up[15] = {};
+  explicit Codec(DType d) : dtype(d), qmax(codes::qmax(d)) {
+    if (is_fp8(d)) {
+      const DTypeInfo& i = dtype_info(d);
+      precision = i.precision, emin = i.emin, max = i.max_finite;
+      half_min_subnormal = std::ldexp(1.0, emin - precision);
+    }
+    const float* l = codes::kNf4Levels;
+    for (int i = 0; i < 15; ++i) {
+      nf4_mid[i] = (double(l[i]) + double(l[i + 1])) / 2;  // exact in f64
+      nf4_tie_up[i] = std::fabs(l[i + 1]) < std::fabs(l[i]);
+    }
+  }
+};
+
+// Round to nearest, ties to even, of |v| <= 2^51, in integer-free arithmetic: adding 1.5 * 2^52
+// leaves no fraction bits (the default rounding mode does the rounding); no libm call.
+inline double round_even(double v) {
+  constexpr double kShift = 0x1.8p52;
+  return (v + kShift) - kShift;
+}
+
+// The saturating RNE cast, on the bits of the f64 value: the significand is shifted right to
+// the fp8 precision at exponent e (below emin, the subnormal step) and rounded on the dropped
+// bits.
+uint8_t encode_fp8(const Codec& k, double v) {
+  const uint8_t sign = std::signbit(v) ? 0x80 : 0;
+  const double a = std::min(std::fabs(v), k.max);  // saturate: max is a value of the format
+  if (!(a > k.half_min_subnormal)) return sign;    // rounds to zero (a tie goes to even 0)
+  uint64_t u;
+  std::memcpy(&u, &a, 8);
+  const int exp = int(u >> 52) - 1023;  // a is a normal f64 here
+  const uint64_t sig = (u & ((uint64_t(1) << 52) - 1)) | (uint64_t(1) << 52);
+  const int frac = k.precision - 1;  // stored significand bits
+  int e = std::max(exp, k.emin);
+  const int shift = 52 - frac + (e - exp);  // in [52 - frac, 53]
+  uint64_t m = sig >> shift;
+  const uint64_t rest = sig & ((uint64_t(1) << shift) - 1), half = uint64_t(1) << (shift - 1);
+  m += uint64_t(rest > half) | (uint64_t(rest == half) & m & 1);  // ties to even, branch-free
+  if (m == (uint64_t(1) << k.precision)) m >>= 1, ++e;            // rounded up into the next binade
+  if (m < (uint64_t(1) << frac)) return uint8_t(sign | m);        // subnormal: exponent field 0
+  return uint8_t(sign | ((e - k.emin + 1) << frac) | (m - (uint64_t(1) << frac)));
+}
+
+// The nearest level: the count of midpoints below v (branch-free; levels are increasing).
+uint8_t encode_nf4(const Codec& k, double v) {
+  int code = 0;
+  for (int i = 0; i < 15; ++i) code += (v > k.nf4_mid[i]) | ((v == k.nf4_mid[i]) & k.nf4_tie_up[i]);
+  return uint8_t(code);
+}
+
+template <DType D>
+uint8_t encode(const Codec& k, double v) {
+  if constexpr (D == DType::kI8 || D == DType::kI4) {
+    // Clamping to the integer bounds first gives the same result as rounding first.
+    const int q = int(round_even(std::clamp(v, -k.qmax, k.qmax)));
+    return D == DType::kI8 ? uint8_t(int8_t(q)) : uint8_t(q & 15);
+  } else if constexpr (D == DType::kT2) {
+    const double q = round_even(std::clamp(v, -1.0, 1.0));
+    return q > 0 ? 1 : q < 0 ? 2 : 0;
+  } else if constexpr (D == DType::kNF4) {
+    return encode_nf4(k, v);
+  } else {
+    static_assert(D == DType::kF8E4M3 || D == DType::kF8E5M2);
+    return encode_fp8(k, v);
+  }
+}
+
+// Calls f(std::integral_constant<DType, D>) for the quantized dtype d.
+template <typename F>
+decltype(auto) with_dtype(DType d, F&& f) {
+  switch (d) {
+    case DType::kF8E4M3:
+      return f(std::integral_constant<DType, DType::kF8E4M3>{});
+    case DType::kF8E5M2:
+      return f(std::integral_constant<DType, DType::kF8E5M2>{});
+    case DType::kI8:
+      return f(std::integral_constant<DType, DType::kI8>{});
+    case DType::kI4:
+      return f(std::integral_constant<DType, DType::kI4>{});
+    case DType::kNF4:
+      return f(std::integral_constant<DType, DType::kNF4>{});
+    case DType::kT2:
+      return f(std::integral_constant<DType, DType::kT2>{});
+    default:
+      fail("dtype=" + std::string(to_string(d)) + " is not a quantized dtype");
+  }
+}
+
+// ---- Scales ------------------------------------------------------------------------------------
+
+// Kernels require scales > 0: a block of values so small that amax / qmax underflows f32 gets
+// the smallest positive f32 (its codes then saturate).
+float positive_scale(double s) {
+  const float f = float(s);
+  return f > 0 ? f : std::numeric_limits<float>::denorm_min();
+}
+
+float absmax_scale(float amax, double qmax) {
+  return amax == 0.0f ? 1.0f : positive_scale(double(amax) / qmax);
+}
+
+double fixed_bound(const Calibration& c) {
+  return std::max(std::fabs(c.lo), std::fabs(c.hi));
+}
+
+// Where the scales of a [rows, cols] matrix live: block (i, j) covers rows [i*br, (i+1)*br) and
+// cols [j*bc, (j+1)*bc).
+struct Layout {
+  int64_t br = 1, bc = 1;
+  int64_t grid_rows = 0, grid_cols = 0;
+  bool vector_of_rows = false;  // channel along cols: one scale per row, stored as a vector
+  bool vector = false;          // tensor and channel scales are vectors ([1], [rows], [cols])
+  ScaleShape shape;
+  int64_t ld = 0;  // scales_ld, resolved
+  int64_t index(int64_t i, int64_t j) const { return vector_of_rows ? i : i * ld + j; }
+  // The scale's name in messages: scales[i] for vectors, scales[i, j] otherwise.
+  std::string name(int64_t i, int64_t j) const {
+    if (vector) return "[" + std::to_string(index(i, j)) + "]";
+    return "[" + std::to_string(i) + ", " + std::to_string(j) + "]";
+  }
+};
+
+Layout layout_of(const Quant& q, QuantAxis axis, int64_t rows, int64_t cols) {
+  Layout l;
+  const bool along_cols = axis == QuantAxis::kCols;
+  const int64_t full_r = std::max<int64_t>(rows, 1), full_c = std::max<int64_t>(cols, 1);
+  switch (q.kind) {
+    case QuantKind::kNone:  // no scales; one "block" per row keeps the loops uniform
+      l.bc = full_c;
+      break;
+    case QuantKind::kTensor:
+      l.br = full_r, l.bc = full_c;
+      break;
+    case QuantKind::kChannel:
+      if (along_cols)
+        l.bc = full_c, l.vector_of_rows = true;
+      else
+        l.br = full_r;
+      break;
+    case QuantKind::kBlock: {
+      const int64_t other = q.block_n ? q.block_n : 1;
+      if (along_cols)
+        l.br = other, l.bc = q.block_k;
+      else
+        l.br = q.block_k, l.bc = other;
+      break;
+    }
+  }
+  l.vector = q.kind == QuantKind::kTensor || q.kind == QuantKind::kChannel;
+  l.grid_rows = ceil_div(rows, l.br);
+  l.grid_cols = ceil_div(cols, l.bc);
+  if (q.kind == QuantKind::kNone)
+    l.shape = {0, 0};
+  else if (q.kind == QuantKind::kTensor)
+    l.shape = {1, 1};
+  else if (l.vector_of_rows)
+    l.shape = {1, rows};
+  else
+    l.shape = {l.grid_rows, l.grid_cols};
+  return l;
+}
+
+// ---- Validation --------------------------------------------------------------------------------
+
+void check_dtype(DType d) {
+  const int32_t v = int32_t(d);
+  if (v < 0 || v >= kNumDTypes) fail("dtype=" + std::to_string(v) + " is not a dtype code");
+  if (!codes::is_quantized(d))
+    fail("dtype=" + std::string(to_string(d)) +
+         " is not a quantized dtype (one of f8e4m3, f8e5m2, i8, i4, nf4, t2)");
+}
+
+void check_axis(QuantAxis a) {
+  if (a != QuantAxis::kRows && a != QuantAxis::kCols)
+    fail("axis=" + std::to_string(int32_t(a)) + " is not 0 (rows) or 1 (cols)");
+}
+
+void check_calibration(const Calibration& c, DType d) {
+  if (c.kind == Calibration::Kind::kAbsmax) return;
+  if (c.kind != Calibration::Kind::kFixed)
+    fail("calibration: kind " + std::to_string(int(c.kind)) + " is not absmax or fixed");
+  const std::string what = "calibration=" + to_string(c);
+  if (!std::isfinite(c.lo) || !std::isfinite(c.hi)) fail(what + ": lo and hi must be finite");
+  if (!(c.lo < c.hi)) fail(what + ": lo < hi required");
+  if (fixed_bound(c) / codes::qmax(d) > std::numeric_limits<float>::max())
+    fail(what + ": the scale max(|lo|, |hi|) / qmax overflows f32");
+}
+
+void check_block_size(const Quant& q, int64_t b, const std::string& param) {
+  if (b < 16 || b > kMaxTile || (b & (b - 1)) != 0)
+    fail(param + "=" + to_string(q) + ": block size " + std::to_string(b) +
+         " must be a power of two in [16, " + std::to_string(kMaxTile) + "]");
+}
+
+void check_scheme(const Quant& q, DType d, const Calibration& c, const std::string& param) {
+  const std::string what = param + "=" + to_string(q);
+  switch (q.kind) {
+    case QuantKind::kNone:
+      if (!is_fp8(d))
+        fail(what + ": dtype=" + std::string(to_string(d)) +
+             " needs scales (its codes are not values); use tensor, channel or block:B");
+      if (c.kind != Calibration::Kind::kAbsmax)
+        fail(what + ": fixed calibration sets a scale, and scheme none has none");
+      return;
+    case QuantKind::kTensor:
+    case QuantKind::kChannel:
+      if (q.block_k != 0 || q.block_n != 0)
+        fail(what + ": block sizes (block_k=" + std::to_string(q.block_k) +
+             ", block_n=" + std::to_string(q.block_n) + ") apply to block:B only");
+      return;
+    case QuantKind::kBlock:
+      check_block_size(q, q.block_k, param);
+      if (q.block_n != 0) check_block_size(q, q.block_n, param);
+      return;
+  }
+  fail(param + ": kind " + std::to_string(int(q.kind)) +
+       " is not one of: none, tensor, channel, block");
+}
+
+// Sizes up to 2^62 keep every index computation below in int64.
+void check_size(int64_t v, const char* name) {
+  if (v < 0 || v > (int64_t(1) << 62))
+    fail(std::string(name) + "=" + std::to_string(v) +
+         (v < 0 ? " must be >= 0" : " must be <= 2^62"));
+}
+
+// A leading dimension: 0 (packed: `len`) or at least `len`, which `len_doc` names.
+int64_t resolve_ld(int64_t ld, int64_t len, const std::string& name, const std::string& len_doc) {
+  if (ld < 0) fail(name + "=" + std::to_string(ld) + " must be >= 0 (0 means packed)");
+  if (ld == 0) return len;
+  if (ld < len)
+    fail(name + "=" + std::to_string(ld) + " is less than " + len_doc + " (0 means packed)");
+  return ld;
+}
+
+int64_t resolve_codes_ld(int64_t ld, int64_t cols, DType d, const std::string& name) {
+  const int per = codes::elements_per_byte(d);
+  if (ld == 0) return packed_codes_ld(d, cols);
+  resolve_ld(ld, cols, name, "cols=" + std::to_string(cols));
+  if (ld % per != 0)
+    fail(name + "=" + std::to_string(ld) + " is not a multiple of " + std::to_string(per) + ": " +
+         std::string(to_string(d)) + " packs " + std::to_string(per) + " codes per byte");
+  return ld;
+}
+
+// Bytes spanned by `rows` rows of `row_bytes` bytes, `stride` bytes apart.
+int64_t span_bytes(int64_t rows, __int128 row_bytes, __int128 stride, const std::string& what) {
+  if (rows == 0 || row_bytes == 0) return 0;
+  constexpr __int128 kLimit = __int128(1) << 62;
+  const __int128 bytes = (rows - 1) * stride + row_bytes;
+  if (bytes > kLimit) fail(what + " spans more than 2^62 bytes");
+  return int64_t(bytes);
+}
+
+struct Region {
+  const void* p;
+  int64_t bytes;
+  const char* name;
+};
+
+void check_pointer(const void* p, size_t align, const char* name) {
+  if (!p) fail(std::string(name) + " is null");
+  if (reinterpret_cast<uintptr_t>(p) % align != 0)
+    fail(std::string(name) + " is not " + std::to_string(align) + "-byte aligned");
+}
+
+void check_disjoint(std::initializer_list<Region> regions) {
+  for (auto a = regions.begin(); a != regions.end(); ++a)
+    for (auto b = a + 1; b != regions.end(); ++b) {
+      if (!a->bytes || !b->bytes) continue;
+      const auto pa = reinterpret_cast<uintptr_t>(a->p), pb = reinterpret_cast<uintptr_t>(b->p);
+      if (pa < pb + uint64_t(b->bytes) && pb < pa + uint64_t(a->bytes))
+        fail(std::string(b->name) + " overlaps " + a->name);
+    }
+}
+
+// Non-finite values are found row by row with a branch-free scan, then located.
+void check_finite(const float* x, int64_t rows, int64_t cols, int64_t ld) {
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* row = x + r * ld;
+    bool bad = false;
+    for (int64_t c = 0; c < cols; ++c) {
+      uint32_t u;
+      std::memcpy(&u, row + c, 4);
+      bad |= (u & 0x7f800000u) == 0x7f800000u;
+    }
+    if (!bad) continue;
+    for (int64_t c = 0; c < cols; ++c)
+      if (!std::isfinite(row[c]))
+        fail("x[" + std::to_string(r) + ", " + std::to_string(c) + "]=" + num(row[c]) +
+             " is not finite (quantize takes finite values)");
+  }
+}
+
+// One operand's output: codes and (unless scheme none) scales, with their validated layout.
+struct Output {
+  uint8_t* codes = nullptr;
+  int64_t code_stride = 0;  // bytes between code rows
+  float* scales = nullptr;
+  Layout layout;
+};
+
+// Checks one output of a [rows, cols] matrix (names prefixed by `prefix`: "" or "row_"/"col_")
+// and returns it resolved; its regions are appended for the overlap check.
+Output check_output(const std::string& prefix, DType d, const Quant& q, QuantAxis axis,
+                    int64_t rows, int64_t cols, void* codes, int64_t codes_ld, float* scales,
+                    int64_t scales_ld, Region& codes_region, Region& scales_region) {
+  const std::string codes_name = prefix + "codes", scales_name = prefix + "scales";
+  Output o;
+  o.layout = layout_of(q, axis, rows, cols);
+  const int64_t cld = resolve_codes_ld(codes_ld, cols, d, codes_name + "_ld");
+  const int per = codes::elements_per_byte(d);
+  o.code_stride = cld / per;
+  const bool scaled = q.kind != QuantKind::kNone;
+  if (scaled)
+    o.layout.ld =
+        resolve_ld(scales_ld, o.layout.shape.cols, scales_name + "_ld",
+                   "the " + std::to_string(o.layout.shape.cols) + " scales per row of " +
+                       to_string(q) + (axis == QuantAxis::kCols ? " along cols" : " along rows") +
+                       " for [" + std::to_string(rows) + ", " + std::to_string(cols) + "]");
+  const bool empty = rows == 0 || cols == 0;
+  codes_region = {codes, 0, nullptr};
+  scales_region = {scales, 0, nullptr};
+  if (empty) return o;
+  codes_region.bytes = span_bytes(rows, ceil_div(cols, per), o.code_stride, codes_name);
+  check_pointer(codes, 1, codes_name.c_str());
+  o.codes = static_cast<uint8_t*>(codes);
+  if (scaled) {
+    scales_region.bytes = span_bytes(o.layout.shape.rows, __int128(o.layout.shape.cols) * 4,
+                                     __int128(o.layout.ld) * 4, scales_name);
+    check_pointer(scales, alignof(float), scales_name.c_str());
+    o.scales = scales;
+  }
+  return o;
+}
+
+int64_t check_input(const float* x, int64_t rows, int64_t cols, int64_t x_ld, Region& region) {
+  check_size(rows, "rows");
+  check_size(cols, "cols");
+  const int64_t ld = resolve_ld(x_ld, cols, "x_ld", "cols=" + std::to_string(cols));
+  region = {x, 0, "x"};
+  if (rows == 0 || cols == 0) return ld;
+  region.bytes = span_bytes(rows, __int128(cols) * 4, __int128(ld) * 4, "x");
+  check_pointer(x, alignof(float), "x");
+  return ld;
+}
+
+// ---- Quantization ------------------------------------------------------------------------------
+
+struct Source {
+  const float* x;
+  int64_t rows, cols, ld;
+  Calibration cal;
+  float fixed_scale;  // fixed calibration: every block's scale
+  // The value encoded for element x: clipped first under fixed calibration.
+  double value(float v) const {
+    return cal.kind == Calibration::Kind::kFixed ? std::clamp(double(v), cal.lo, cal.hi)
+                                                 : double(v);
+  }
+};
+
+template <DType D>
+void quantize_panels(const Source& src, const Codec& k, const Output& out) {
+  const Layout& l = out.layout;
+  const int bits = bits_of(D);
+  const bool scaled = out.scales != nullptr;
+  const int64_t chunk = std::min(l.grid_cols, std::max<int64_t>(1, kPanelCols / l.bc));
+  std::vector<float> s(static_cast<size_t>(chunk));
+  for (int64_t bi = 0; bi < l.grid_rows; ++bi) {
+    const int64_t r0 = bi * l.br, r1 = std::min(src.rows, r0 + l.br);
+    for (int64_t bj0 = 0; bj0 < l.grid_cols; bj0 += chunk) {
+      const int64_t nb = std::min(chunk, l.grid_cols - bj0);
+      const int64_t c0 = bj0 * l.bc, c1 = std::min(src.cols, (bj0 + nb) * l.bc);
+      if (!scaled) {
+        std::fill(s.begin(), s.begin() + nb, 1.0f);
+      } else if (src.cal.kind == Calibration::Kind::kFixed) {
+        std::fill(s.begin(), s.begin() + nb, src.fixed_scale);
+      } else {
+        std::fill(s.begin(), s.begin() + nb, 0.0f);
+        for (int64_t r = r0; r < r1; ++r) {
+          const float* row = src.x + r * src.ld;
+          if (l.bc == 1) {  // one scale per column (Bx1 blocks, channel along rows)
+            for (int64_t c = c0; c < c1; ++c) s[c - c0] = std::max(s[c - c0], std::fabs(row[c]));
+            continue;
+          }
+          for (int64_t b = 0; b < nb; ++b) {
+            float a = s[b];
+            for (int64_t c = c0 + b * l.bc, ce = std::min(c + l.bc, c1); c < ce; ++c)
+              a = std::max(a, std::fabs(row[c]));
+            s[b] = a;
+          }
+        }
+        for (int64_t b = 0; b < nb; ++b) s[b] = absmax_scale(s[b], k.qmax);
+      }
+      if (scaled)
+        for (int64_t b = 0; b < nb; ++b) out.scales[l.index(bi, bj0 + b)] = s[b];
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* row = src.x + r * src.ld;
+        uint8_t* crow = out.codes + r * out.code_stride;
+        if (l.bc == 1) {
+          for (int64_t c = c0; c < c1; ++c)
+            codes::set_code(crow, c, bits, encode<D>(k, src.value(row[c]) / double(s[c - c0])));
+          continue;
+        }
+        for (int64_t b = 0; b < nb; ++b) {
+          const double sb = s[b];
+          for (int64_t c = c0 + b * l.bc, ce = std::min(c + l.bc, c1); c < ce; ++c)
+            codes::set_code(crow, c, bits, encode<D>(k, src.value(row[c]) / sb));
+        }
+      }
+    }
+  }
+}
+
+// Both quantizations of every BxB tile from one read of it: the tile's row amaxes are whole
+// 1xB blocks and its column amaxes whole Bx1 blocks, so the tile is encoded twice while it is
+// in cache. The arithmetic is quantize_panels' (same amax, scale and code functions).
+template <DType D>
+void quantize_tiles(const Source& src, const Codec& k, int64_t block, const Output& rows_out,
+                    const Output& cols_out) {
+  const int bits = bits_of(D);
+  const bool fixed = src.cal.kind == Calibration::Kind::kFixed;
+  std::vector<float> rs(static_cast<size_t>(block)), cs(static_cast<size_t>(block));
+  for (int64_t bi = 0; bi * block < src.rows; ++bi) {
+    const int64_t r0 = bi * block, r1 = std::min(src.rows, r0 + block);
+    for (int64_t bj = 0; bj * block < src.cols; ++bj) {
+      const int64_t c0 = bj * block, c1 = std::min(src.cols, c0 + block);
+      const int64_t nr = r1 - r0, nc = c1 - c0;
+      if (fixed) {
+        std::fill(rs.begin(), rs.begin() + nr, src.fixed_scale);
+        std::fill(cs.begin(), cs.begin() + nc, src.fixed_scale);
+      } else {
+        std::fill(cs.begin(), cs.begin() + nc, 0.0f);
+        for (int64_t r = r0; r < r1; ++r) {
+          const float* row = src.x + r * src.ld + c0;
+          float ra = 0.0f;
+          for (int64_t c = 0; c < nc; ++c) {
+            const float a = std::fabs(row[c]);
+            ra = std::max(ra, a);
+            cs[c] = std::max(cs[c], a);
+          }
+          rs[r - r0] = ra;
+        }
+        for (int64_t i = 0; i < nr; ++i) rs[i] = absmax_scale(rs[i], k.qmax);
+        for (int64_t i = 0; i < nc; ++i) cs[i] = absmax_scale(cs[i], k.qmax);
+      }
+      for (int64_t r = r0; r < r1; ++r) rows_out.scales[rows_out.layout.index(r, bj)] = rs[r - r0];
+      for (int64_t c = c0; c < c1; ++c) cols_out.scales[cols_out.layout.index(bi, c)] = cs[c - c0];
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* row = src.x + r * src.ld;
+        uint8_t* rcodes = rows_out.codes + r * rows_out.code_stride;
+        uint8_t* ccodes = cols_out.codes + r * cols_out.code_stride;
+        const double rsr = rs[r - r0];
+        for (int64_t c = c0; c < c1; ++c) {
+          const double v = src.value(row[c]);
+          codes::set_code(rcodes, c, bits, encode<D>(k, v / rsr));
+          codes::set_code(ccodes, c, bits, encode<D>(k, v / double(cs[c - c0])));
+        }
+      }
+    }
+  }
+}
+
+Source make_source(const float* x, int64_t rows, int64_t cols, int64_t ld, const Calibration& c,
+                   const Codec& k) {
+  Source s{x, rows, cols, ld, c, 1.0f};
+  if (c.kind == Calibration::Kind::kFixed) s.fixed_scale = positive_scale(fixed_bound(c) / k.qmax);
+  return s;
+}
+
+}  // namespace
+
+// ---- Public API --------------------------------------------------------------------------------
+
+Calibration parse_calibration(std::string_view text) {
+  Calibration c;
+  if (text == "absmax") return c;
+  constexpr std::string_view kFixed = "fixed:";
+  auto bad = [&](const std::string& why) -> Calibration {
+    fail("calibration=" + quoted(text) + why);
+  };
+  if (text.substr(0, kFixed.size()) != kFixed)
+    return bad(" is not one of: absmax, fixed:LO:HI (e.g. fixed:-1.5:2)");
+  const std::string_view rest = text.substr(kFixed.size());
+  // LO may be negative but has no ':'; the first ':' separates LO from HI.
+  const size_t colon = rest.find(':');
+  if (colon == std::string_view::npos) return bad(" is not fixed:LO:HI (e.g. fixed:-1.5:2)");
+  auto number = [&](std::string_view t, const char* which) {
+    double v = 0;
+    const auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
+    if (t.empty() || ec != std::errc() || ptr != t.data() + t.size())
+      bad(std::string(": ") + which + "=" + quoted(t) + " is not a number");
+    return v;
+  };
+  c.kind = Calibration::Kind::kFixed;
+  c.lo = number(rest.substr(0, colon), "lo");
+  c.hi = number(rest.substr(colon + 1), "hi");
+  return c;
+}
+
+std::string to_string(const Calibration& c) {
+  if (c.kind == Calibration::Kind::kAbsmax) return "absmax";
+  return "fixed:" + num(c.lo) + ":" + num(c.hi);
+}
+
+Quant parse_quant_scheme(std::string_view text) {
+  // The spec's own parser (the rhs_quant field accepts every scheme), under this call's name.
+  KernelSpec s;
+  const SpecField& f = spec_field("rhs_quant");
+  try {
+    set_field(f, s, text);
+  } catch (const SpecError& e) {
+    // "rhs_quant=<text> ..." or, about a part of it, "rhs_quant=<part> ...".
+    std::string msg = e.what();
+    if (msg.rfind(f.key, 0) != 0) fail("scheme=" + quoted(text) + ": " + msg);
+    msg.erase(0, f.key.size() + 1);
+    const std::string whole = quoted(text);
+    if (msg.rfind(whole + " ", 0) == 0) fail("scheme=" + msg);
+    fail("scheme=" + whole + ": " + msg);
+  }
+  return s.rhs_quant;
+}
+
+ScaleShape scale_shape(const Quant& scheme, QuantAxis axis, int64_t rows, int64_t cols) {
+  return layout_of(scheme, axis, rows, cols).shape;
+}
+
+int64_t packed_codes_ld(DType dtype, int64_t cols) {
+  const int per = codes::elements_per_byte(dtype);
+  return ceil_div(cols, per) * per;
+}
+
+uint8_t encode_code(DType dtype, double v) {
+  check_dtype(dtype);
+  if (std::isnan(v)) fail("v=nan has no code");
+  const Codec k(dtype);
+  return with_dtype(dtype, [&](auto d) { return encode<decltype(d)::value>(k, v); });
+}
+
+void quantize(const float* x, int64_t rows, int64_t cols, int64_t x_ld, const QuantizeOptions& o,
+              void* codes, int64_t codes_ld, float* scales, int64_t scales_ld) {
+  check_dtype(o.dtype);
+  check_axis(o.axis);
+  check_calibration(o.calibration, o.dtype);
+  check_scheme(o.scheme, o.dtype, o.calibration, "scheme");
+  Region xr, cr, sr;
+  const int64_t ld = check_input(x, rows, cols, x_ld, xr);
+  const Output out = check_output("", o.dtype, o.scheme, o.axis, rows, cols, codes, codes_ld,
+                                  scales, scales_ld, cr, sr);
+  cr.name = "codes", sr.name = "scales";
+  check_disjoint({xr, cr, sr});
+  if (rows == 0 || cols == 0) return;
+  check_finite(x, rows, cols, ld);
+
+  const Codec k(o.dtype);
+  const Source src = make_source(x, rows, cols, ld, o.calibration, k);
+  with_dtype(o.dtype, [&](auto d) { quantize_panels<decltype(d)::value>(src, k, out); });
+}
+
+void quantize_dual(const float* x, int64_t rows, int64_t cols, int64_t x_ld,
+                   const DualQuantizeOptions& o, void* row_codes, int64_t row_codes_ld,
+                   float* row_scales, int64_t row_scales_ld, void* col_codes, int64_t col_codes_ld,
+                   float* col_scales, int64_t col_scales_ld) {
+  check_dtype(o.dtype);
+  check_calibration(o.calibration, o.dtype);
+  const std::string what = "scheme=" + to_string(o.scheme);
+  if (o.scheme.kind != QuantKind::kBlock || o.scheme.block_n != 0)
+    fail(what + ": dual quantization takes block:B (1xB blocks row-wise, Bx1 column-wise)");
+  check_scheme(o.scheme, o.dtype, o.calibration, "scheme");
+  Region xr, rcr, rsr, ccr, csr;
+  const int64_t ld = check_input(x, rows, cols, x_ld, xr);
+  const Output rows_out =
+      check_output("row_", o.dtype, o.scheme, QuantAxis::kCols, rows, cols, row_codes, row_codes_ld,
+                   row_scales, row_scales_ld, rcr, rsr);
+  const Output cols_out =
+      check_output("col_", o.dtype, o.scheme, QuantAxis::kRows, rows, cols, col_codes, col_codes_ld,
+                   col_scales, col_scales_ld, ccr, csr);
+  rcr.name = "row_codes", rsr.name = "row_scales", ccr.name = "col_codes", csr.name = "col_scales";
+  check_disjoint({xr, rcr, rsr, ccr, csr});
+  if (rows == 0 || cols == 0) return;
+  check_finite(x, rows, cols, ld);
+
+  const Codec k(o.dtype);
+  const Source src = make_source(x, rows, cols, ld, o.calibration, k);
+  with_dtype(o.dtype, [&](auto d) {
+    quantize_tiles<decltype(d)::value>(src, k, o.scheme.block_k, rows_out, cols_out);
+  });
+}
+
+void dequantize(const void* codes, int64_t codes_ld, const float* scales, int64_t scales_ld,
+                int64_t rows, int64_t cols, const QuantizeOptions& o, float* x, int64_t x_ld) {
+  check_dtype(o.dtype);
+  check_axis(o.axis);
+  check_scheme(o.scheme, o.dtype, Calibration{}, "scheme");
+  Region xr, cr, sr;
+  // The output x is checked like quantize's input; codes and scales like its outputs.
+  const int64_t ld = check_input(x, rows, cols, x_ld, xr);
+  const Output in =
+      check_output("", o.dtype, o.scheme, o.axis, rows, cols, const_cast<void*>(codes), codes_ld,
+                   const_cast<float*>(scales), scales_ld, cr, sr);
+  cr.name = "codes", sr.name = "scales";
+  check_disjoint({cr, sr, xr});
+  if (rows == 0 || cols == 0) return;
+  const Layout& l = in.layout;
+  if (in.scales)
+    for (int64_t i = 0; i < l.grid_rows; ++i)
+      for (int64_t j = 0; j < l.grid_cols; ++j) {
+        const float s = in.scales[l.index(i, j)];
+        if (!(std::isfinite(s) && s > 0))
+          fail("scales" + l.name(i, j) + "=" + num(s) + " must be finite and > 0");
+      }
+
+  float table[256];
+  for (int c = 0; c < 256; ++c) table[c] = codes::decode(o.dtype, uint8_t(c));
+  const int bits = bits_of(o.dtype);
+  for (int64_t r = 0; r < rows; ++r) {
+    const uint8_t* crow = in.codes + r * in.code_stride;
+    float* xrow = x + r * ld;
+    for (int64_t j = 0; j < l.grid_cols; ++j) {
+      const float s = in.scales ? in.scales[l.index(r / l.br, j)] : 1.0f;
+      for (int64_t c = j * l.bc, ce = std::min(c + l.bc, cols); c < ce; ++c)
+        xrow[c] = table[codes::get_code(crow, c, bits)] * s;
+    }
+  }
+}
+
+}  // namespace gmmgen

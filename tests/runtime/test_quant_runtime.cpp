@@ -1,0 +1,289 @@
+// Quantized products end to end (DESIGN.md §7): f32 data quantized by the runtime's quantizers,
+// multiplied by JIT-compiled kernels through Runtime::gmm / tgmm, and compared with a float64
+// reference on the decoded operands, at the shapes of the seeds' ecosystems (G=8, M=512, K=256,
+// N=512 int8/int4 with blocks of 16 and 128 and per channel; block FP8 1x128 x 128x128 at K in
+// {128, 256, 384, 1024}), with ragged groups (empty ones included), saturation and all-zero
+// blocks.
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <cmath>
+#include <filesystem>
+#include <random>
+
+#include "gmmgen/codes.h"
+#include "gmmgen/quantize.hpp"
+#include "gmmgen/runtime.hpp"
+#include "gmmgen/verify/numeric.h"
+
+namespace gmmgen {
+namespace {
+
+namespace fs = std::filesystem;
+
+class QuantRuntime : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/gmmgen_quant_rt_XXXXXX";
+    ASSERT_NE(nullptr, mkdtemp(tmpl));
+    dir_ = tmpl;
+    RuntimeOptions o;
+    o.cache_dir = dir_;
+    o.num_threads = 2;
+    rt_ = std::make_unique<Runtime>(o);
+  }
+  void TearDown() override {
+    rt_.reset();
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  fs::path dir_;
+  std::unique_ptr<Runtime> rt_;
+};
+
+// A quantized [rows, cols] matrix (or `batch` of them, one after the other): codes, scales and
+// the exact decoded values.
+struct QMatrix {
+  DType dtype;
+  Quant scheme;
+  int64_t batch, rows, cols, ld, scale_rows, scale_cols;
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+  std::vector<double> value;  // [batch, rows, cols]: decode(code) * scale, exact
+
+  // Quantizes x [batch, rows, cols] matrix by matrix along `axis`.
+  QMatrix(const std::vector<float>& x, int64_t b, int64_t r, int64_t c, DType d, Quant q,
+          QuantAxis axis, Calibration cal = {})
+      : dtype(d), scheme(q), batch(b), rows(r), cols(c), ld(packed_codes_ld(d, c)) {
+    const ScaleShape ss = scale_shape(q, axis, r, c);
+    scale_rows = ss.rows, scale_cols = ss.cols;
+    const int64_t per = codes::elements_per_byte(d);
+    codes.assign(size_t(b * r * ld / per + 1), 0);
+    scales.assign(size_t(std::max<int64_t>(1, b * ss.rows * ss.cols)), 1.0f);
+    QuantizeOptions o;
+    o.dtype = d, o.scheme = q, o.axis = axis, o.calibration = cal;
+    for (int64_t i = 0; i < b; ++i)
+      quantize(x.data() + i * r * c, r, c, 0, o, codes.data() + i * r * ld / per, ld,
+               q.kind == QuantKind::kNone ? nullptr : scales.data() + i * ss.rows * ss.cols, 0);
+    // Decode with the scale each element's block has (axis and scheme as in quantize()).
+    value.resize(size_t(b * r * c));
+    for (int64_t i = 0; i < b; ++i)
+      for (int64_t y = 0; y < r; ++y)
+        for (int64_t z = 0; z < c; ++z) {
+          const double v = codes::decode(d, codes::get_code(codes.data(), (i * r + y) * ld + z,
+                                                            bits_of(d) >= 8 ? 8 : bits_of(d)));
+          value[size_t((i * r + y) * c + z)] = v * scale_of(i, y, z, axis);
+        }
+  }
+
+  double scale_of(int64_t i, int64_t y, int64_t z, QuantAxis axis) const {
+    const float* s = scales.data() + i * scale_rows * scale_cols;
+    const bool rows_axis = axis == QuantAxis::kRows;  // blocks run down the rows
+    switch (scheme.kind) {
+      case QuantKind::kNone:
+        return 1.0;
+      case QuantKind::kTensor:
+        return s[0];
+      case QuantKind::kChannel:
+        return s[rows_axis ? z : y];
+      case QuantKind::kBlock:
+        if (scheme.block_n) {
+          const int64_t by = rows_axis ? scheme.block_k : scheme.block_n;
+          const int64_t bz = rows_axis ? scheme.block_n : scheme.block_k;
+          return s[(y / by) * scale_cols + z / bz];
+        }
+        return rows_axis ? s[(y / scheme.block_k) * scale_cols + z]
+                         : s[y * scale_cols + z / scheme.block_k];
+    }
+    return 1.0;
+  }
+};
+
+std::vector<float> random_matrix(int64_t count, double amp, std::mt19937_64& rng) {
+  std::normal_distribution<double> dist(0.0, amp);
+  std::vector<float> x(static_cast<size_t>(count));
+  for (auto& v : x) v = float(dist(rng));
+  return x;
+}
+
+std::vector<int32_t> ragged_sizes(int32_t g, int64_t m, std::mt19937_64& rng) {
+  std::vector<int32_t> s(size_t(g), 0);
+  int64_t left = m - 3;  // three rows belong to no group
+  for (int32_t i = 0; i < g; ++i) {
+    if (i == 1 || i == g - 2) continue;  // two empty groups
+    const int64_t take = i == g - 1 ? left : int64_t(rng() % uint64_t(left / 2 + 1));
+    s[size_t(i)] = int32_t(take);
+    left -= take;
+  }
+  return s;
+}
+
+// out [m, n] against the float64 reference of lhs [m, k] x rhs[g] [k, n]; `terms` is the count
+// of f32 additions the kernel's error bound allows per element (K for float products, the scale
+// blocks along K for exact integer products).
+void expect_gmm_matches(const std::vector<float>& out, const QMatrix& lhs, const QMatrix& rhs,
+                        const std::vector<int32_t>& sizes, int64_t terms, const std::string& what) {
+  const int64_t m = lhs.rows, k = lhs.cols, n = rhs.cols;
+  std::vector<int32_t> group(size_t(m), -1);
+  for (size_t g = 0, r0 = 0; g < sizes.size(); r0 += size_t(sizes[g]), ++g)
+    for (size_t r = r0; r < r0 + size_t(sizes[g]); ++r) group[r] = int32_t(g);
+  double worst = 0;
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t c = 0; c < n; ++c) {
+      const float got = out[size_t(r * n + c)];
+      if (group[size_t(r)] < 0) {
+        ASSERT_EQ(0.0f, got) << what << " row " << r << " is in no group";
+        continue;
+      }
+      double sum = 0, abs_sum = 0;
+      for (int64_t kk = 0; kk < k; ++kk) {
+        const double p =
+            lhs.value[size_t(r * k + kk)] * rhs.value[size_t((group[size_t(r)] * k + kk) * n + c)];
+        sum += p, abs_sum += std::fabs(p);
+      }
+      const double bound = std::ldexp(1.0, -24) * std::fabs(sum) +
+                           double(terms + 3) * std::ldexp(1.0, -24) * abs_sum + 1e-30;
+      const double err = std::fabs(double(got) - sum);
+      ASSERT_LE(err, bound) << what << " out[" << r << ", " << c << "] = " << got << ", reference "
+                            << sum;
+      worst = std::max(worst, err / bound);
+    }
+  ::testing::Test::RecordProperty(what, std::to_string(worst));
+}
+
+TEST_F(QuantRuntime, PeerShapesInt8AndInt4WithBlocksOf16And128AndChannels) {
+  const int32_t G = 8;
+  const int64_t M = 512, K = 256, N = 512;
+  std::mt19937_64 rng(7);
+  const auto sizes = ragged_sizes(G, M, rng);
+  const auto x = random_matrix(M * K, 1.0, rng);
+  const auto w = random_matrix(G * K * N, 0.05, rng);
+  struct Case {
+    DType rhs;
+    Quant lq, rq;
+  };
+  const Case cases[] = {
+      {DType::kI8, {QuantKind::kChannel, 0, 0}, {QuantKind::kChannel, 0, 0}},
+      {DType::kI8, {QuantKind::kBlock, 16, 0}, {QuantKind::kBlock, 16, 0}},
+      {DType::kI8, {QuantKind::kBlock, 128, 0}, {QuantKind::kBlock, 128, 0}},
+      {DType::kI4, {QuantKind::kChannel, 0, 0}, {QuantKind::kBlock, 16, 0}},
+      {DType::kI4, {QuantKind::kBlock, 128, 0}, {QuantKind::kBlock, 128, 0}},
+      {DType::kI4, {QuantKind::kBlock, 16, 0}, {QuantKind::kChannel, 0, 0}},
+  };
+  for (const Case& c : cases) {
+    const QMatrix lhs(x, 1, M, K, DType::kI8, c.lq, QuantAxis::kCols);
+    const QMatrix rhs(w, G, K, N, c.rhs, c.rq, QuantAxis::kRows);
+    std::vector<float> out(size_t(M * N), std::nanf(""));
+    GmmOptions o;
+    o.lhs_scales = {c.lq, lhs.scales.data(), 0};
+    o.rhs_scales = {c.rq, rhs.scales.data(), 0};
+    rt_->gmm(TensorView::matrix(lhs.codes.data(), DType::kI8, M, K),
+             TensorView::batch(rhs.codes.data(), c.rhs, G, K, N), sizes,
+             TensorView::matrix(out.data(), DType::kF32, M, N), o);
+    const int64_t sb = std::min(c.lq.block_k ? c.lq.block_k : K, c.rq.block_k ? c.rq.block_k : K);
+    expect_gmm_matches(
+        out, lhs, rhs, sizes, (K + sb - 1) / sb,
+        "i8 x " + std::string(to_string(c.rhs)) + " " + to_string(c.lq) + " x " + to_string(c.rq));
+  }
+}
+
+TEST_F(QuantRuntime, BlockFp8OneBy128TimesOneTwentyEightSquaredAtEveryK) {
+  const int32_t G = 8;
+  const int64_t M = 512, N = 512;
+  std::mt19937_64 rng(11);
+  for (int64_t K : {128, 256, 384, 1024}) {
+    const auto sizes = ragged_sizes(G, M, rng);
+    auto x = random_matrix(M * K, 3.0, rng);
+    // An all-zero block of lhs (row 5, the second block of K when there is one).
+    for (int64_t kk = 0; kk < 128; ++kk) x[size_t(5 * K + (K > 128 ? 128 : 0) + kk)] = 0.0f;
+    const auto w = random_matrix(G * K * N, 0.02, rng);
+    const Quant lq{QuantKind::kBlock, 128, 0}, rq{QuantKind::kBlock, 128, 128};
+    const QMatrix lhs(x, 1, M, K, DType::kF8E4M3, lq, QuantAxis::kCols);
+    const QMatrix rhs(w, G, K, N, DType::kF8E4M3, rq, QuantAxis::kRows);
+    EXPECT_EQ(1.0f, lhs.scales[size_t(5 * lhs.scale_cols + (K > 128 ? 1 : 0))]) << "all-zero block";
+    std::vector<float> out(size_t(M * N), std::nanf(""));
+    GmmOptions o;
+    o.lhs_scales = {lq, lhs.scales.data(), 0};
+    o.rhs_scales = {rq, rhs.scales.data(), 0};
+    rt_->gmm(TensorView::matrix(lhs.codes.data(), DType::kF8E4M3, M, K),
+             TensorView::batch(rhs.codes.data(), DType::kF8E4M3, G, K, N), sizes,
+             TensorView::matrix(out.data(), DType::kF32, M, N), o);
+    expect_gmm_matches(out, lhs, rhs, sizes, K, "block fp8 K=" + std::to_string(K));
+  }
+}
+
+TEST_F(QuantRuntime, Fp8SaturatesAtAndAboveItsMaximum) {
+  const int32_t G = 2;
+  const int64_t M = 16, K = 64, N = 32;
+  std::mt19937_64 rng(3);
+  auto x = random_matrix(M * K, 100.0, rng);
+  x[0] = 448.0f, x[1] = 449.0f, x[2] = -1e6f, x[3] = 464.0f;  // at, just above, far above
+  const auto w = random_matrix(G * K * N, 1.0, rng);
+  // fp8 with no scales: a plain saturating cast.
+  const QMatrix lhs(x, 1, M, K, DType::kF8E4M3, {}, QuantAxis::kCols);
+  EXPECT_EQ(448.0, lhs.value[0]);
+  EXPECT_EQ(448.0, lhs.value[1]);
+  EXPECT_EQ(-448.0, lhs.value[2]);
+  EXPECT_EQ(448.0, lhs.value[3]);
+  const QMatrix rhs(w, G, K, N, DType::kF8E5M2, {}, QuantAxis::kRows);
+  const std::vector<int32_t> sizes{9, 6};
+  std::vector<float> out(size_t(M * N), std::nanf(""));
+  rt_->gmm(TensorView::matrix(lhs.codes.data(), DType::kF8E4M3, M, K),
+           TensorView::batch(rhs.codes.data(), DType::kF8E5M2, G, K, N), sizes,
+           TensorView::matrix(out.data(), DType::kF32, M, N));
+  expect_gmm_matches(out, lhs, rhs, sizes, K, "saturated fp8");
+  // Fixed calibration clips to [lo, hi] before the scale max(|lo|, |hi|) / 127 applies.
+  const QMatrix clipped(x, 1, M, K, DType::kI8, {QuantKind::kTensor, 0, 0}, QuantAxis::kCols,
+                        {Calibration::Kind::kFixed, -50.0, 50.0});
+  EXPECT_NEAR(50.0, clipped.value[1], 1e-5);
+  EXPECT_NEAR(-50.0, clipped.value[2], 1e-5);
+}
+
+TEST_F(QuantRuntime, TgmmBlocksOfGlobalRowsStraddleGroupBoundaries) {
+  // The backward pass's drhs: activations and gradients quantized column-wise (128x1 blocks
+  // along M) by the dual quantizer; groups of 100 rows cut through the 128-row blocks.
+  const int32_t G = 4;
+  const int64_t M = 450, K = 96, N = 80;
+  std::mt19937_64 rng(5);
+  const auto x = random_matrix(M * K, 1.0, rng), dy = random_matrix(M * N, 0.1, rng);
+  const Quant q{QuantKind::kBlock, 128, 0};
+  DualQuantizeOptions d;
+  d.dtype = DType::kF8E4M3, d.scheme = q;
+  std::vector<uint8_t> row_codes(size_t(M * K)), col_codes(size_t(M * K));
+  std::vector<float> row_scales(size_t(M * 1)), col_scales(size_t(4 * K));
+  quantize_dual(x.data(), M, K, 0, d, row_codes.data(), 0, row_scales.data(), 0, col_codes.data(),
+                0, col_scales.data(), 0);
+  const QMatrix lhs(x, 1, M, K, DType::kF8E4M3, q, QuantAxis::kRows);
+  EXPECT_EQ(lhs.codes.size() - 1, col_codes.size());
+  EXPECT_TRUE(std::equal(col_codes.begin(), col_codes.end(), lhs.codes.begin()))
+      << "dual quantization's column-wise codes are quantize()'s";
+  const QMatrix rhs(dy, 1, M, N, DType::kF8E5M2, q, QuantAxis::kRows);
+  const std::vector<int32_t> sizes{100, 0, 150, 190};  // 10 rows in no group
+  std::vector<float> out(size_t(G * K * N), std::nanf(""));
+  TgmmOptions o;
+  o.lhs_scales = {q, col_scales.data(), 0};
+  o.rhs_scales = {q, rhs.scales.data(), 0};
+  rt_->tgmm(TensorView::matrix(col_codes.data(), DType::kF8E4M3, M, K),
+            TensorView::matrix(rhs.codes.data(), DType::kF8E5M2, M, N), sizes,
+            TensorView::batch(out.data(), DType::kF32, G, K, N), o);
+  int64_t r0 = 0;
+  for (int32_t g = 0; g < G; ++g) {
+    for (int64_t kk = 0; kk < K; ++kk)
+      for (int64_t n = 0; n < N; ++n) {
+        double sum = 0, abs_sum = 0;
+        for (int64_t r = r0; r < r0 + sizes[size_t(g)]; ++r) {
+          const double p = lhs.value[size_t(r * K + kk)] * rhs.value[size_t(r * N + n)];
+          sum += p, abs_sum += std::fabs(p);
+        }
+        const double got = out[size_t((g * K + kk) * N + n)];
+        const double bound =
+            std::ldexp(1.0, -24) * (std::fabs(sum) + double(sizes[size_t(g)] + 3) * abs_sum);
+        ASSERT_LE(std::fabs(got - sum), bound + 1e-30)
+            << "out[" << g << "][" << kk << ", " << n << "] = " << got << ", reference " << sum;
+      }
+    r0 += sizes[size_t(g)];
+  }
+}
+
+}  // namespace
+}  // namespace gmmgen

@@ -1,0 +1,850 @@
+// The quantizers against a float64 reference written here from DESIGN.md §7: the scale layouts
+// by their formulas, absmax and fixed scales, and every code by a brute-force search over all
+// codes of the dtype (nearest value; ties to even, to the level nearer zero for nf4, to the sign
+// of the value for a zero). Outputs are poisoned first, so every bit a call must not write is
+// checked too.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+#include <random>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "gmmgen/codes.h"
+#include "gmmgen/quantize.hpp"
+#include "gmmgen/runtime_c.h"
+
+namespace gmmgen {
+namespace {
+
+constexpr DType kQuantized[] = {DType::kF8E4M3, DType::kF8E5M2, DType::kI8,
+                                DType::kI4,     DType::kNF4,    DType::kT2};
+constexpr uint8_t kCodePoison = 0xA5;
+constexpr float kScalePoison = -7.25f;
+
+bool is_fp8(DType d) {
+  return d == DType::kF8E4M3 || d == DType::kF8E5M2;
+}
+
+// ---- The float64 reference ----------------------------------------------------------------
+
+// Codes a quantizer may produce: every code with a finite value except the ones that only
+// exist as bit patterns (i8 -128, i4 -8, t2 11).
+bool produced(DType d, unsigned c) {
+  if (d == DType::kI8 && c == 0x80) return false;
+  if (d == DType::kI4 && c == 8) return false;
+  if (d == DType::kT2 && c == 3) return false;
+  return std::isfinite(codes::decode(d, uint8_t(c)));
+}
+
+// Whether code c beats code b at the same distance from v.
+bool wins_tie(DType d, unsigned c, unsigned b, double v) {
+  const double qc = codes::decode(d, uint8_t(c)), qb = codes::decode(d, uint8_t(b));
+  if (qc == qb) return std::signbit(qc) == std::signbit(v);  // +0 and -0 of fp8
+  if (is_fp8(d)) return (c & 1) == 0;                        // even significand
+  if (d == DType::kNF4) return std::fabs(qc) < std::fabs(qb);
+  return std::fmod(qc, 2.0) == 0.0;  // integers and t2: the even value
+}
+
+// The produced codes of d and their values, in code order.
+struct CodeTable {
+  std::vector<unsigned> codes;
+  std::vector<double> values;
+  double lowest = 0, highest = 0;
+};
+
+const CodeTable& code_table(DType d) {
+  static CodeTable tables[kNumDTypes];
+  CodeTable& t = tables[int(d)];
+  if (t.codes.empty()) {
+    for (unsigned c = 0; c < (1u << bits_of(d)); ++c)
+      if (produced(d, c)) {
+        t.codes.push_back(c);
+        t.values.push_back(codes::decode(d, uint8_t(c)));
+      }
+    t.lowest = *std::min_element(t.values.begin(), t.values.end());
+    t.highest = *std::max_element(t.values.begin(), t.values.end());
+  }
+  return t;
+}
+
+// The code of v by brute force: the nearest produced value, ties as above. Values beyond the
+// range saturate to its ends.
+uint8_t ref_code(DType d, double v) {
+  const CodeTable& t = code_table(d);
+  const double clamped = std::min(std::max(v, t.lowest), t.highest);
+  int best = -1;
+  double best_dist = std::numeric_limits<double>::infinity();
+  for (size_t i = 0; i < t.codes.size(); ++i) {
+    const double dist = std::fabs(t.values[i] - clamped);
+    if (dist < best_dist || (dist == best_dist && wins_tie(d, t.codes[i], unsigned(best), v)))
+      best = int(t.codes[i]), best_dist = dist;
+  }
+  return uint8_t(best);
+}
+
+// The scale layout of DESIGN.md §7 / kernel_abi.h, from its formulas: scale (r, c) of element
+// (r, c) at offset i * ld + j of an array [srows, scols] (vectors: one row).
+struct RefLayout {
+  int64_t srows = 0, scols = 0;  // scheme none: no scales
+  std::function<std::pair<int64_t, int64_t>(int64_t, int64_t)> at;
+};
+
+int64_t cdiv(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+RefLayout ref_layout(const Quant& q, QuantAxis axis, int64_t rows, int64_t cols) {
+  const int64_t b = q.block_k, c2 = q.block_n;
+  const bool along_cols = axis == QuantAxis::kCols;
+  switch (q.kind) {
+    case QuantKind::kTensor:
+      return {1, 1, [](int64_t, int64_t) { return std::pair<int64_t, int64_t>{0, 0}; }};
+    case QuantKind::kChannel:
+      if (along_cols)
+        return {1, rows, [](int64_t r, int64_t) { return std::pair<int64_t, int64_t>{0, r}; }};
+      return {1, cols, [](int64_t, int64_t c) { return std::pair<int64_t, int64_t>{0, c}; }};
+    case QuantKind::kBlock:
+      if (along_cols && !c2)
+        return {rows, cdiv(cols, b), [=](int64_t r, int64_t c) {
+                  return std::pair<int64_t, int64_t>{r, c / b};
+                }};
+      if (along_cols)
+        return {cdiv(rows, c2), cdiv(cols, b), [=](int64_t r, int64_t c) {
+                  return std::pair<int64_t, int64_t>{r / c2, c / b};
+                }};
+      if (!c2)
+        return {cdiv(rows, b), cols, [=](int64_t r, int64_t c) {
+                  return std::pair<int64_t, int64_t>{r / b, c};
+                }};
+      return {cdiv(rows, b), cdiv(cols, c2), [=](int64_t r, int64_t c) {
+                return std::pair<int64_t, int64_t>{r / b, c / c2};
+              }};
+    case QuantKind::kNone:
+      break;
+  }
+  return {0, 0, nullptr};
+}
+
+struct RefResult {
+  std::vector<float> scales;   // [srows * scols], packed
+  std::vector<uint8_t> codes;  // [rows * cols], one code per element
+  std::vector<float> xhat;     // decode(code) * s, rounded once to f32
+  RefLayout layout;
+};
+
+RefResult reference(const std::vector<float>& x, int64_t rows, int64_t cols, int64_t ld,
+                    const QuantizeOptions& o) {
+  RefResult ref;
+  const double qmax = codes::qmax(o.dtype);
+  const bool fixed = o.calibration.kind == Calibration::Kind::kFixed;
+  auto value = [&](int64_t r, int64_t c) {
+    const double v = x[r * ld + c];
+    return fixed ? std::min(std::max(v, o.calibration.lo), o.calibration.hi) : v;
+  };
+  const bool scaled = o.scheme.kind != QuantKind::kNone;
+  if (scaled) {
+    ref.layout = ref_layout(o.scheme, o.axis, rows, cols);
+    std::vector<double> amax(size_t(ref.layout.srows * ref.layout.scols), 0.0);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        const auto [i, j] = ref.layout.at(r, c);
+        double& a = amax[size_t(i * ref.layout.scols + j)];
+        a = std::max(a, std::fabs(double(x[r * ld + c])));
+      }
+    for (double a : amax) {
+      double s = fixed ? std::max(std::fabs(o.calibration.lo), std::fabs(o.calibration.hi)) / qmax
+                 : a == 0 ? 1.0
+                          : a / qmax;
+      float f = float(s);
+      if (f == 0) f = std::numeric_limits<float>::denorm_min();
+      ref.scales.push_back(f);
+    }
+  }
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) {
+      double s = 1.0;
+      if (scaled) {
+        const auto [i, j] = ref.layout.at(r, c);
+        s = ref.scales[size_t(i * ref.layout.scols + j)];
+      }
+      const uint8_t code = ref_code(o.dtype, value(r, c) / s);
+      ref.codes.push_back(code);
+      ref.xhat.push_back(float(double(codes::decode(o.dtype, code)) * s));
+    }
+  return ref;
+}
+
+// ---- Test data ----------------------------------------------------------------------------
+
+// Values over several magnitudes (per row and per column, so blocks differ), some exact zeros;
+// padding of x (ld > cols) holds NaN, which the quantizer must never read.
+std::vector<float> random_matrix(int64_t rows, int64_t cols, int64_t ld, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<float> n(0.0f, 1.0f);
+  std::vector<float> row_mag(static_cast<size_t>(rows)), col_mag(static_cast<size_t>(cols));
+  for (auto& m : row_mag) m = std::ldexp(1.0f, int(rng() % 7) - 3);
+  for (auto& m : col_mag) m = std::ldexp(1.0f, int(rng() % 3) - 1);
+  std::vector<float> x(size_t(rows * ld), std::nanf(""));
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      x[size_t(r * ld + c)] = rng() % 10 == 0 ? 0.0f : n(rng) * row_mag[r] * col_mag[c];
+  return x;
+}
+
+// A codes buffer: `rows` rows of codes_ld elements of d, poisoned.
+std::vector<uint8_t> code_buffer(DType d, int64_t rows, int64_t codes_ld) {
+  const int per = codes::elements_per_byte(d);
+  return std::vector<uint8_t>(size_t(rows * codes_ld / per + 1), kCodePoison);
+}
+
+// The poisoned buffer with exactly the [rows, cols] codes written: what a call must leave.
+std::vector<uint8_t> expected_codes(DType d, const std::vector<uint8_t>& codes_, int64_t rows,
+                                    int64_t cols, int64_t codes_ld, size_t size) {
+  const int bits = bits_of(d), per = codes::elements_per_byte(d);
+  std::vector<uint8_t> out(size, kCodePoison);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      codes::set_code(out.data() + r * codes_ld / per, c, bits, codes_[size_t(r * cols + c)]);
+  return out;
+}
+
+std::string describe(const QuantizeOptions& o, int64_t rows, int64_t cols) {
+  return std::string(to_string(o.dtype)) + " " + to_string(o.scheme) +
+         (o.axis == QuantAxis::kCols ? " axis=cols " : " axis=rows ") + to_string(o.calibration) +
+         " [" + std::to_string(rows) + ", " + std::to_string(cols) + "]";
+}
+
+// One quantize + dequantize call against the reference, with padded leading dimensions (x's
+// padding NaN, outputs' padding poisoned) or packed ones.
+void check_against_reference(const QuantizeOptions& o, int64_t rows, int64_t cols, bool padded,
+                             uint64_t seed) {
+  SCOPED_TRACE(describe(o, rows, cols) + (padded ? " padded" : " packed"));
+  const int per = codes::elements_per_byte(o.dtype);
+  const int64_t ld = padded ? cols + 3 : cols;
+  const int64_t packed_cld = cdiv(cols, per) * per;
+  const int64_t codes_ld = padded ? packed_cld + per : 0;
+  const int64_t cld = codes_ld ? codes_ld : packed_cld;
+  ASSERT_EQ(packed_cld, packed_codes_ld(o.dtype, cols));
+  const std::vector<float> x = random_matrix(rows, cols, ld, seed);
+  const RefResult ref = reference(x, rows, cols, ld, o);
+  const int64_t srows = ref.layout.srows, scols = ref.layout.scols;
+  const ScaleShape shape = scale_shape(o.scheme, o.axis, rows, cols);
+  EXPECT_EQ(srows, shape.rows);
+  EXPECT_EQ(scols, shape.cols);
+  const int64_t sld = padded ? scols + 2 : 0, sstride = sld ? sld : scols;
+
+  std::vector<uint8_t> codes_ = code_buffer(o.dtype, rows, cld);
+  std::vector<float> scales(size_t(srows * sstride + 1), kScalePoison);
+  quantize(x.data(), rows, cols, padded ? ld : 0, o, codes_.data(), codes_ld, scales.data(), sld);
+
+  // Scales: the reference's in their slots, poison elsewhere.
+  for (int64_t i = 0; i < srows; ++i)
+    for (int64_t j = 0; j < sstride; ++j) {
+      const float got = scales[size_t(i * sstride + j)];
+      const float want = j < scols ? ref.scales[size_t(i * scols + j)] : kScalePoison;
+      ASSERT_EQ(want, got) << "scales[" << i << ", " << j << "]";
+    }
+  EXPECT_EQ(kScalePoison, scales.back());
+
+  // Codes: exactly the reference's bits, every other bit of the buffer untouched.
+  const std::vector<uint8_t> want =
+      expected_codes(o.dtype, ref.codes, rows, cols, cld, codes_.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (want[i] == codes_[i]) continue;
+    const int64_t r = int64_t(i) / (cld / per);
+    ADD_FAILURE() << "codes byte " << i << " (row " << r << "): " << int(codes_[i]) << ", expected "
+                  << int(want[i]);
+    return;
+  }
+
+  // Round trip: integer codes lie within s/2 of the (clipped) value; dequantize gives the
+  // reference x̂ bit for bit.
+  const bool fixed = o.calibration.kind == Calibration::Kind::kFixed;
+  if (o.dtype == DType::kI8 || o.dtype == DType::kI4 || o.dtype == DType::kT2)
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        const auto [i, j] = ref.layout.at(r, c);
+        const double s = ref.scales[size_t(i * scols + j)];
+        double v = x[size_t(r * ld + c)];
+        if (fixed) v = std::min(std::max(v, o.calibration.lo), o.calibration.hi);
+        ASSERT_LE(std::fabs(v - double(ref.xhat[size_t(r * cols + c)])), s / 2 * (1 + 1e-6))
+            << "element [" << r << ", " << c << "]";
+      }
+  const int64_t xld = padded ? cols + 1 : cols;
+  std::vector<float> xhat(size_t(rows * xld + 1), kScalePoison);
+  dequantize(codes_.data(), codes_ld, scales.data(), sld, rows, cols, o, xhat.data(),
+             padded ? xld : 0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < xld; ++c) {
+      const float got = xhat[size_t(r * xld + c)];
+      const float w = c < cols ? ref.xhat[size_t(r * cols + c)] : kScalePoison;
+      ASSERT_EQ(std::memcmp(&w, &got, 4), 0)
+          << "x̂[" << r << ", " << c << "]=" << got << ", expected " << w;
+    }
+  EXPECT_EQ(kScalePoison, xhat.back());
+}
+
+Quant scheme(const char* text) {
+  return parse_quant_scheme(text);
+}
+
+// ---- Every dtype x scheme x axis x calibration on ragged shapes ----------------------------
+
+class QuantizeDtype : public ::testing::TestWithParam<DType> {};
+
+TEST_P(QuantizeDtype, MatchesFloat64ReferenceOnRaggedShapes) {
+  const DType d = GetParam();
+  // cols not a multiple of any block, odd cols for the sub-byte dtypes, a single row, a single
+  // column, partial last blocks along both axes.
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 37}, {45, 67}, {70, 33}, {17, 1}, {33, 16}};
+  const char* schemes[] = {"tensor",   "channel",     "block:16",
+                           "block:32", "block:16x32", "block:32x16"};
+  uint64_t seed = 1;
+  for (const auto& [rows, cols] : shapes)
+    for (const char* s : schemes)
+      for (QuantAxis axis : {QuantAxis::kCols, QuantAxis::kRows})
+        for (const char* cal : {"absmax", "fixed:-1.5:2"}) {
+          QuantizeOptions o;
+          o.dtype = d;
+          o.scheme = scheme(s);
+          o.axis = axis;
+          o.calibration = parse_calibration(cal);
+          for (bool padded : {false, true}) {
+            check_against_reference(o, rows, cols, padded, seed++);
+            if (HasFatalFailure() || HasFailure()) return;
+          }
+        }
+  if (is_fp8(d)) {  // scheme none: a plain saturating cast
+    QuantizeOptions o;
+    o.dtype = d;
+    o.scheme = scheme("none");
+    check_against_reference(o, 45, 67, true, 99);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Quantize, QuantizeDtype, ::testing::ValuesIn(kQuantized),
+                         [](const auto& info) { return std::string(to_string(info.param)); });
+
+// ---- Codes ----------------------------------------------------------------------------------
+
+TEST(QuantizeCodes, EncodeMatchesBruteForceNearestEvenOverAllCodes) {
+  std::mt19937_64 rng(7);
+  for (DType d : kQuantized) {
+    SCOPED_TRACE(std::string(to_string(d)));
+    std::vector<double> values;
+    // Every value, the midpoints between neighbours (ties), and just off them.
+    std::vector<double> levels;
+    for (unsigned c = 0; c < (1u << bits_of(d)); ++c)
+      if (produced(d, c)) levels.push_back(codes::decode(d, uint8_t(c)));
+    std::sort(levels.begin(), levels.end());
+    for (size_t i = 0; i < levels.size(); ++i) {
+      values.push_back(levels[i]);
+      if (i + 1 < levels.size() && levels[i + 1] != levels[i]) {
+        const double mid = (levels[i] + levels[i + 1]) / 2;
+        values.insert(values.end(), {mid, std::nextafter(mid, -1e300), std::nextafter(mid, 1e300)});
+      }
+    }
+    const double top = codes::qmax(d);
+    values.insert(values.end(), {-0.0, top * 1.01, -top * 1.01, top * 1e6, -1e300, 1e-300});
+    std::uniform_real_distribution<double> u(-1.0, 1.0);
+    for (int i = 0; i < 20000; ++i)
+      values.push_back(std::ldexp(u(rng), int(rng() % 40) - 20) * top);
+    for (double v : values) ASSERT_EQ(int(ref_code(d, v)), int(encode_code(d, v))) << "v=" << v;
+  }
+}
+
+TEST(QuantizeCodes, Fp8SaturatesAtAndAboveItsMax) {
+  // e4m3fn: 448 = 0x7E (0x7F is NaN); e5m2: 57344 = 0x7B (0x7C is inf).
+  const float e4[] = {448.0f, 449.0f, 464.0f, 480.0f, 1e6f, 3e38f};
+  const float e5[] = {57344.0f, 61439.0f, 61440.0f, 65536.0f, 1e9f, 3e38f};
+  for (auto [d, xs, code] : {std::tuple{DType::kF8E4M3, e4, 0x7E}, {DType::kF8E5M2, e5, 0x7B}}) {
+    std::vector<float> x;
+    for (int i = 0; i < 6; ++i) x.insert(x.end(), {xs[i], -xs[i]});
+    QuantizeOptions o;
+    o.dtype = d;
+    o.scheme = scheme("none");
+    std::vector<uint8_t> q(x.size(), kCodePoison);
+    quantize(x.data(), 1, int64_t(x.size()), 0, o, q.data(), 0, nullptr, 0);
+    for (size_t i = 0; i < x.size(); ++i) {
+      EXPECT_EQ(i % 2 ? code | 0x80 : code, int(q[i])) << to_string(d) << " x=" << x[i];
+      EXPECT_TRUE(std::isfinite(codes::decode(d, q[i])));
+    }
+    // With absmax, the block's amax maps to the max exactly.
+    o.scheme = scheme("tensor");
+    float s = 0;
+    quantize(x.data(), 1, int64_t(x.size()), 0, o, q.data(), 0, &s, 0);
+    EXPECT_EQ(float(double(3e38f) / codes::qmax(d)), s);
+    EXPECT_EQ(code, int(q[10]));
+    EXPECT_EQ(code | 0x80, int(q[11]));
+  }
+}
+
+TEST(QuantizeCodes, Nf4TiesGoToTheLevelNearerZero) {
+  const float* l = codes::kNf4Levels;
+  for (int i = 0; i < 15; ++i) {
+    const double mid = (double(l[i]) + double(l[i + 1])) / 2;
+    const int want = std::fabs(l[i + 1]) < std::fabs(l[i]) ? i + 1 : i;
+    EXPECT_EQ(want, int(encode_code(DType::kNF4, mid))) << "between codes " << i << ", " << i + 1;
+  }
+  EXPECT_EQ(7, int(encode_code(DType::kNF4, l[6] / 2)));  // between -0.091 and 0: zero
+  EXPECT_EQ(7, int(encode_code(DType::kNF4, l[8] / 2)));  // between 0 and 0.0796: zero
+  EXPECT_EQ(15, int(encode_code(DType::kNF4, 5.0)));
+  EXPECT_EQ(0, int(encode_code(DType::kNF4, -5.0)));
+}
+
+TEST(QuantizeCodes, IntegersRoundHalfToEvenAndClamp) {
+  EXPECT_EQ(2, int(encode_code(DType::kI8, 2.5)));
+  EXPECT_EQ(4, int(encode_code(DType::kI8, 3.5)));
+  EXPECT_EQ(uint8_t(int8_t(-2)), encode_code(DType::kI8, -2.5));
+  EXPECT_EQ(127, int(encode_code(DType::kI8, 127.5)));
+  EXPECT_EQ(uint8_t(int8_t(-127)), encode_code(DType::kI8, -1000.0));  // never -128
+  EXPECT_EQ(7, int(encode_code(DType::kI4, 9.0)));
+  EXPECT_EQ(9, int(encode_code(DType::kI4, -7.6)));  // -7 as a nibble
+  EXPECT_EQ(0, int(encode_code(DType::kT2, 0.5)));   // tie: 0 is even
+  EXPECT_EQ(2, int(encode_code(DType::kT2, -0.51)));
+  EXPECT_EQ(1, int(encode_code(DType::kT2, 3.0)));
+}
+
+// ---- Calibration and scales -----------------------------------------------------------------
+
+TEST(QuantizeScales, AllZeroBlockHasScaleOneAndZeroCodes) {
+  for (DType d : kQuantized) {
+    SCOPED_TRACE(std::string(to_string(d)));
+    // Row 0: block 0 is all zeros, block 1 is not; row 1 is all zeros.
+    const int64_t rows = 2, cols = 40;
+    std::vector<float> x(rows * cols, 0.0f);
+    for (int64_t c = 16; c < 32; ++c) x[c] = float(c) - 20.5f;
+    QuantizeOptions o;
+    o.dtype = d;
+    o.scheme = scheme("block:16");
+    std::vector<uint8_t> q = code_buffer(d, rows, packed_codes_ld(d, cols));
+    std::vector<float> s(6, kScalePoison);
+    quantize(x.data(), rows, cols, 0, o, q.data(), 0, s.data(), 0);
+    const float amax = 10.5f;
+    EXPECT_EQ(1.0f, s[0]);
+    EXPECT_EQ(float(amax / codes::qmax(d)), s[1]);
+    for (int i = 2; i < 6; ++i) EXPECT_EQ(1.0f, s[i]) << "scale " << i;
+    const int64_t stride = packed_codes_ld(d, cols) / codes::elements_per_byte(d);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        if (r == 0 && c >= 16 && c < 32) continue;
+        const uint8_t code = codes::get_code(q.data() + r * stride, c, bits_of(d));
+        EXPECT_EQ(0.0f, codes::decode(d, code)) << r << ", " << c;
+        EXPECT_FALSE(std::signbit(codes::decode(d, code)));
+        EXPECT_EQ(d == DType::kNF4 ? 7 : 0, int(code));  // nf4's zero is code 7
+      }
+  }
+}
+
+TEST(QuantizeScales, TinyBlocksStillGetAPositiveScale) {
+  // amax / qmax underflows f32 for every dtype but nf4 and t2.
+  const float x[4] = {1e-44f, -2e-45f, 0.0f, 3e-45f};
+  for (DType d : kQuantized) {
+    QuantizeOptions o;
+    o.dtype = d;
+    float s = 0;
+    uint8_t q[4] = {};
+    quantize(x, 1, 4, 0, o, q, 0, &s, 0);
+    EXPECT_GT(s, 0.0f) << to_string(d);
+    EXPECT_TRUE(std::isfinite(s));
+  }
+}
+
+TEST(QuantizeScales, FixedCalibrationClipsAndUsesOneScale) {
+  const float x[6] = {-10.0f, -1.5f, 0.2f, 2.0f, 2.5f, 1e30f};
+  QuantizeOptions o;
+  o.dtype = DType::kI8;
+  o.scheme = scheme("block:16");
+  o.calibration = parse_calibration("fixed:-1.5:2");
+  uint8_t q[6];
+  float s = 0;
+  quantize(x, 1, 6, 0, o, q, 0, &s, 0);
+  EXPECT_EQ(float(2.0 / 127), s);
+  const int want[6] = {-95, -95, 13, 127, 127, 127};  // -1.5 * 63.5 = -95.25; 0.2 * 63.5 = 12.7
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(want[i], int(int8_t(q[i]))) << "x=" << x[i];
+  EXPECT_EQ(Calibration({Calibration::Kind::kFixed, -1.5, 2.0}), o.calibration);
+  EXPECT_EQ("fixed:-1.5:2", to_string(o.calibration));
+  EXPECT_EQ(o.calibration, parse_calibration(to_string(o.calibration)));
+}
+
+// ---- Packing ---------------------------------------------------------------------------------
+
+TEST(QuantizePacking, NeighbouringCodesAndPaddingAreUntouched) {
+  // i4: 3 codes per row in rows of 6 (3 bytes): byte 1's high nibble and byte 2 are padding.
+  // t2: 5 codes per row in rows of 8 (2 bytes).
+  for (auto [d, cols, cld] :
+       {std::tuple{DType::kI4, 3, 6}, {DType::kNF4, 3, 6}, {DType::kT2, 5, 8}}) {
+    SCOPED_TRACE(std::string(to_string(d)));
+    const int64_t rows = 3;
+    std::vector<float> x = random_matrix(rows, cols, cols, 5);
+    QuantizeOptions o;
+    o.dtype = d;
+    o.scheme = scheme("channel");
+    std::vector<uint8_t> q(size_t(rows * cld / codes::elements_per_byte(d)), 0xFF);
+    std::vector<float> s(rows);
+    quantize(x.data(), rows, cols, 0, o, q.data(), cld, s.data(), 0);
+    const int bits = bits_of(d), per = codes::elements_per_byte(d);
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint8_t* row = q.data() + r * cld / per;
+      for (int64_t c = 0; c < cld; ++c) {
+        const uint8_t code = codes::get_code(row, c, bits);
+        if (c >= cols) {
+          EXPECT_EQ((1 << bits) - 1, int(code)) << "padding element " << c << " of row " << r;
+        } else {
+          const double v = x[r * cols + c] / double(s[r]);
+          EXPECT_EQ(int(ref_code(d, v)), int(code)) << r << ", " << c;
+        }
+      }
+    }
+  }
+}
+
+// ---- Dual quantization -----------------------------------------------------------------------
+
+TEST(QuantizeDual, EqualsTwoSingleCallsBitForBit) {
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 37}, {70, 45}, {33, 67}, {16, 16}, {5, 1}};
+  uint64_t seed = 11;
+  for (DType d : kQuantized)
+    for (const char* s : {"block:16", "block:32"})
+      for (const char* cal : {"absmax", "fixed:-0.5:3"})
+        for (const auto& [rows, cols] : shapes) {
+          SCOPED_TRACE(std::string(to_string(d)) + " " + s + " " + cal + " [" +
+                       std::to_string(rows) + ", " + std::to_string(cols) + "]");
+          const int per = codes::elements_per_byte(d);
+          const int64_t ld = cols + 2, cld = packed_codes_ld(d, cols) + per;
+          const std::vector<float> x = random_matrix(rows, cols, ld, seed++);
+          const int64_t b = scheme(s).block_k;
+          const int64_t rs_ld = cdiv(cols, b) + 1, cs_ld = cols + 3;
+          auto codes_buf = [&] { return code_buffer(d, rows, cld); };
+          auto rs_buf = [&] { return std::vector<float>(size_t(rows * rs_ld), kScalePoison); };
+          auto cs_buf = [&] {
+            return std::vector<float>(size_t(cdiv(rows, b) * cs_ld), kScalePoison);
+          };
+          auto rq = codes_buf(), cq = codes_buf(), rq1 = codes_buf(), cq1 = codes_buf();
+          auto rsc = rs_buf(), rsc1 = rs_buf();
+          auto csc = cs_buf(), csc1 = cs_buf();
+          DualQuantizeOptions dual;
+          dual.dtype = d;
+          dual.scheme = scheme(s);
+          dual.calibration = parse_calibration(cal);
+          quantize_dual(x.data(), rows, cols, ld, dual, rq.data(), cld, rsc.data(), rs_ld,
+                        cq.data(), cld, csc.data(), cs_ld);
+          QuantizeOptions o;
+          o.dtype = d;
+          o.scheme = scheme(s);
+          o.calibration = dual.calibration;
+          o.axis = QuantAxis::kCols;
+          quantize(x.data(), rows, cols, ld, o, rq1.data(), cld, rsc1.data(), rs_ld);
+          o.axis = QuantAxis::kRows;
+          quantize(x.data(), rows, cols, ld, o, cq1.data(), cld, csc1.data(), cs_ld);
+          ASSERT_TRUE(rq == rq1) << "row-wise codes differ";
+          ASSERT_TRUE(cq == cq1) << "column-wise codes differ";
+          ASSERT_EQ(0, std::memcmp(rsc.data(), rsc1.data(), rsc.size() * 4)) << "row scales";
+          ASSERT_EQ(0, std::memcmp(csc.data(), csc1.data(), csc.size() * 4)) << "col scales";
+          // And both are the reference's (checked per element above for quantize).
+          const RefResult ref = reference(x, rows, cols, ld, o);
+          ASSERT_TRUE(cq == expected_codes(d, ref.codes, rows, cols, cld, cq.size()));
+        }
+}
+
+// ---- Bad input ------------------------------------------------------------------------------
+
+// A valid call whose arguments a test breaks one at a time; outputs are poisoned.
+struct Call {
+  int64_t rows = 6, cols = 40, x_ld = 0, codes_ld = 0, scales_ld = 0;
+  std::vector<float> x = random_matrix(6, 40, 40, 3);
+  QuantizeOptions o;
+  std::vector<uint8_t> q = std::vector<uint8_t>(300, kCodePoison);
+  std::vector<float> s = std::vector<float>(64, kScalePoison);
+  const float* xp = x.data();
+  void* qp = q.data();
+  float* sp = s.data();
+  Call() {
+    o.dtype = DType::kI4;
+    o.scheme = Quant{QuantKind::kBlock, 16, 0};
+  }
+  void run() { quantize(xp, rows, cols, x_ld, o, qp, codes_ld, sp, scales_ld); }
+  bool untouched() const {
+    for (uint8_t b : q)
+      if (b != kCodePoison) return false;
+    for (float f : s)
+      if (f != kScalePoison) return false;
+    return true;
+  }
+};
+
+void expect_error(const std::function<void(Call&)>& breaks, const std::string& needle) {
+  Call call;
+  breaks(call);
+  try {
+    call.run();
+    ADD_FAILURE() << "no error; expected one naming '" << needle << "'";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+  EXPECT_TRUE(call.untouched()) << "outputs written before the error '" << needle << "'";
+}
+
+TEST(QuantizeErrors, NameTheParameterAndLeaveOutputsUntouched) {
+  Call ok;
+  ok.run();  // the unbroken call works
+  EXPECT_FALSE(ok.untouched());
+
+  expect_error([](Call& c) { c.o.dtype = DType::kBF16; }, "dtype=bf16 is not a quantized dtype");
+  expect_error([](Call& c) { c.o.dtype = DType(42); }, "dtype=42");
+  expect_error(
+      [](Call& c) {
+        c.o.scheme = Quant{QuantKind::kBlock, 12, 0};
+      },
+      "scheme=block:12: block size 12 must be a power of two in [16, 8192]");
+  expect_error([](Call& c) { c.o.scheme = Quant{QuantKind::kBlock, 8, 0}; }, "block size 8");
+  expect_error([](Call& c) { c.o.scheme = Quant{QuantKind::kBlock, 16, 24}; }, "block size 24");
+  expect_error(
+      [](Call& c) {
+        c.o.scheme = Quant{QuantKind::kBlock, 16384, 0};
+      },
+      "block size 16384");
+  expect_error(
+      [](Call& c) {
+        c.o.scheme = Quant{QuantKind::kTensor, 16, 0};
+      },
+      "scheme=tensor: block sizes");
+  expect_error([](Call& c) { c.o.scheme = Quant{}; }, "scheme=none: dtype=i4 needs scales");
+  expect_error(
+      [](Call& c) {
+        c.o.dtype = DType::kF8E4M3;
+        c.o.scheme = Quant{};
+        c.o.calibration = parse_calibration("fixed:-1:1");
+      },
+      "scheme=none: fixed calibration");
+  expect_error([](Call& c) { c.o.axis = QuantAxis(2); }, "axis=2");
+  expect_error(
+      [](Call& c) {
+        c.o.calibration = {Calibration::Kind::kFixed, 2.0, 1.0};
+      },
+      "calibration=fixed:2:1: lo < hi required");
+  expect_error(
+      [](Call& c) {
+        c.o.calibration = {Calibration::Kind::kFixed, 0.0, INFINITY};
+      },
+      "lo and hi must be finite");
+  expect_error(
+      [](Call& c) {
+        c.o.calibration = {Calibration::Kind::kFixed, -1e300, 1.0};
+      },
+      "overflows f32");
+  expect_error([](Call& c) { c.rows = -1; }, "rows=-1 must be >= 0");
+  expect_error([](Call& c) { c.cols = -3; }, "cols=-3 must be >= 0");
+  expect_error([](Call& c) { c.x_ld = 39; }, "x_ld=39 is less than cols=40");
+  expect_error([](Call& c) { c.x_ld = -1; }, "x_ld=-1 must be >= 0");
+  expect_error([](Call& c) { c.codes_ld = 41; },
+               "codes_ld=41 is not a multiple of 2: i4 packs 2 codes per byte");
+  expect_error([](Call& c) { c.codes_ld = 38; }, "codes_ld=38 is less than cols=40");
+  expect_error([](Call& c) { c.scales_ld = 2; }, "scales_ld=2 is less than");
+  expect_error([](Call& c) { c.xp = nullptr; }, "x is null");
+  expect_error([](Call& c) { c.qp = nullptr; }, "codes is null");
+  expect_error([](Call& c) { c.sp = nullptr; }, "scales is null");
+  expect_error([](Call& c) { c.sp = reinterpret_cast<float*>(c.q.data() + 1); },
+               "scales is not 4-byte aligned");
+  expect_error([](Call& c) { c.rows = int64_t(1) << 60; }, "x spans more than 2^62 bytes");
+  expect_error([](Call& c) { c.x[2 * 40 + 5] = std::nanf(""); }, "x[2, 5]=nan is not finite");
+  expect_error(
+      [](Call& c) {
+        c.x[4 * 40 + 1] = -INFINITY;
+        c.x[5 * 40] = INFINITY;
+      },
+      "x[4, 1]=-inf is not finite");
+  expect_error([](Call& c) { c.qp = const_cast<float*>(c.x.data() + 3); }, "codes overlaps x");
+  expect_error([](Call& c) { c.sp = reinterpret_cast<float*>(c.q.data() + 64); },
+               "scales overlaps codes");
+}
+
+TEST(QuantizeErrors, DualAndDequantizeValidateToo) {
+  const std::vector<float> x = random_matrix(8, 20, 20, 4);
+  std::vector<uint8_t> rq(200, kCodePoison), cq(200, kCodePoison);
+  std::vector<float> rs(40, kScalePoison), cs(40, kScalePoison);
+  auto dual = [&](const char* s) {
+    DualQuantizeOptions o;
+    o.dtype = DType::kF8E5M2;
+    o.scheme = scheme(s);
+    quantize_dual(x.data(), 8, 20, 0, o, rq.data(), 0, rs.data(), 0, cq.data(), 0, cs.data(), 0);
+  };
+  auto throws = [](const std::function<void()>& f, const std::string& needle) {
+    try {
+      f();
+      ADD_FAILURE() << "no error; expected '" << needle << "'";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  throws([&] { dual("channel"); }, "scheme=channel: dual quantization takes block:B");
+  throws([&] { dual("block:16x16"); }, "scheme=block:16x16: dual quantization takes block:B");
+  throws(
+      [&] {
+        DualQuantizeOptions o;
+        o.scheme = scheme("block:16");
+        quantize_dual(x.data(), 8, 20, 0, o, rq.data(), 0, rs.data(), 0, rq.data() + 8, 0,
+                      cs.data(), 0);
+      },
+      "col_codes overlaps row_codes");
+  throws(
+      [&] {
+        DualQuantizeOptions o;
+        o.scheme = scheme("block:16");
+        quantize_dual(x.data(), 8, 20, 0, o, rq.data(), 0, rs.data(), 0, cq.data(), 0, nullptr, 0);
+      },
+      "col_scales is null");
+  for (uint8_t b : rq) ASSERT_EQ(kCodePoison, b);
+  for (uint8_t b : cq) ASSERT_EQ(kCodePoison, b);
+  for (float f : rs) ASSERT_EQ(kScalePoison, f);
+  for (float f : cs) ASSERT_EQ(kScalePoison, f);
+
+  // Dequantize: every scale read must be finite and > 0; the output is untouched otherwise.
+  QuantizeOptions o;
+  o.dtype = DType::kI8;
+  o.scheme = scheme("block:16");
+  std::vector<uint8_t> q(160, 3);
+  std::vector<float> s(16, 0.5f), out(160, kScalePoison);
+  s[1 * 2 + 1] = 0.0f;
+  throws([&] { dequantize(q.data(), 0, s.data(), 0, 8, 20, o, out.data(), 0); },
+         "scales[1, 1]=0 must be finite and > 0");
+  o.scheme = scheme("channel");
+  s[3] = -std::numeric_limits<float>::infinity();
+  throws([&] { dequantize(q.data(), 0, s.data(), 0, 8, 20, o, out.data(), 0); },
+         "scales[3]=-inf must be finite and > 0");
+  throws(
+      [&] {
+        dequantize(q.data(), 0, s.data(), 0, 8, 20, o, reinterpret_cast<float*>(q.data()), 0);
+      },
+      "x overlaps codes");
+  for (float f : out) ASSERT_EQ(kScalePoison, f);
+
+  // An empty matrix writes nothing and needs no buffers.
+  QuantizeOptions e;
+  quantize(nullptr, 0, 5, 0, e, nullptr, 0, nullptr, 0);
+  quantize(nullptr, 4, 0, 0, e, nullptr, 0, nullptr, 0);
+  dequantize(nullptr, 0, nullptr, 0, 0, 5, e, nullptr, 0);
+}
+
+TEST(QuantizeErrors, ParsersNameTheirParameter) {
+  auto throws = [](const std::function<void()>& f, const std::string& needle) {
+    try {
+      f();
+      ADD_FAILURE() << "no error; expected '" << needle << "'";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  };
+  throws([] { parse_quant_scheme("blocky"); }, "scheme=blocky is not one of");
+  throws([] { parse_quant_scheme("block:1a"); }, "scheme=");
+  throws([] { parse_calibration("minmax"); }, "calibration=minmax is not one of: absmax, fixed");
+  throws([] { parse_calibration("fixed:1"); }, "calibration=fixed:1 is not fixed:LO:HI");
+  throws([] { parse_calibration("fixed:a:2"); }, "lo=a is not a number");
+  throws([] { parse_calibration("fixed:-1:2x"); }, "hi=2x is not a number");
+  EXPECT_EQ((Quant{QuantKind::kBlock, 128, 64}), parse_quant_scheme("block:128x64"));
+  EXPECT_EQ(Calibration{}, parse_calibration("absmax"));
+}
+
+// ---- C API ------------------------------------------------------------------------------------
+
+TEST(QuantizeCApi, ReturnsCodesAndMessages) {
+  const int64_t rows = 9, cols = 37;
+  const std::vector<float> x = random_matrix(rows, cols, cols, 21);
+  char err[256] = "stale";
+  // Codes and scales equal the C++ API's.
+  std::vector<uint8_t> q(rows * 19, kCodePoison), q1 = q;
+  std::vector<float> s(rows * 3, kScalePoison), s1 = s;
+  ASSERT_EQ(GMMGEN_OK, gmmgen_quantize(x.data(), rows, cols, 0, GMMGEN_DTYPE_I4, "block:16",
+                                       GMMGEN_QUANT_AXIS_COLS, "fixed:-1.5:2", q.data(), 0,
+                                       s.data(), 0, err, sizeof err))
+      << err;
+  EXPECT_STREQ("", err);
+  QuantizeOptions o;
+  o.dtype = DType::kI4;
+  o.scheme = scheme("block:16");
+  o.calibration = parse_calibration("fixed:-1.5:2");
+  quantize(x.data(), rows, cols, 0, o, q1.data(), 0, s1.data(), 0);
+  EXPECT_TRUE(q == q1);
+  EXPECT_TRUE(s == s1);
+
+  std::vector<float> xhat(rows * cols, kScalePoison), xhat1 = xhat;
+  ASSERT_EQ(GMMGEN_OK,
+            gmmgen_dequantize(q.data(), 0, s.data(), 0, rows, cols, GMMGEN_DTYPE_I4, "block:16",
+                              GMMGEN_QUANT_AXIS_COLS, xhat.data(), 0, err, sizeof err))
+      << err;
+  dequantize(q1.data(), 0, s1.data(), 0, rows, cols, o, xhat1.data(), 0);
+  EXPECT_TRUE(xhat == xhat1);
+
+  // Dual, NULL calibration = absmax.
+  std::vector<uint8_t> rq(rows * cols), cq(rows * cols), cq1(rows * cols);
+  std::vector<float> rs(rows * 3), cs(cols), cs1(cols);
+  ASSERT_EQ(GMMGEN_OK, gmmgen_quantize_dual(x.data(), rows, cols, 0, GMMGEN_DTYPE_F8E4M3,
+                                            "block:16", nullptr, rq.data(), 0, rs.data(), 0,
+                                            cq.data(), 0, cs.data(), 0, err, sizeof err))
+      << err;
+  ASSERT_EQ(GMMGEN_OK, gmmgen_quantize(x.data(), rows, cols, 0, GMMGEN_DTYPE_F8E4M3, "block:16",
+                                       GMMGEN_QUANT_AXIS_ROWS, "absmax", cq1.data(), 0, cs1.data(),
+                                       0, err, sizeof err));
+  EXPECT_TRUE(cq == cq1);
+  EXPECT_TRUE(cs == cs1);
+
+  // Errors: a code and a message naming the parameter; nothing written.
+  const std::vector<uint8_t> q_before = q;
+  const std::vector<float> s_before = s;
+  struct Bad {
+    int32_t dtype;
+    const char* scheme;
+    int32_t axis;
+    const char* calibration;
+    const float* x;
+    const char* needle;
+  };
+  std::vector<float> bad_x = x;
+  bad_x[3 * cols + 7] = std::nanf("");
+  const Bad bad[] = {
+      {99, "block:16", 1, "absmax", x.data(), "dtype=99 is not a GMMGEN_DTYPE_* code"},
+      {GMMGEN_DTYPE_F32, "block:16", 1, "absmax", x.data(), "dtype=f32 is not a quantized"},
+      {GMMGEN_DTYPE_I4, "block:abc", 1, "absmax", x.data(),
+       "scheme=block:abc: abc is not an integer"},
+      {GMMGEN_DTYPE_I4, nullptr, 1, "absmax", x.data(), "scheme is NULL"},
+      {GMMGEN_DTYPE_I4, "block:16", 3, "absmax", x.data(), "axis=3"},
+      {GMMGEN_DTYPE_I4, "block:16", 1, "fixed:1", x.data(), "calibration=fixed:1"},
+      {GMMGEN_DTYPE_I4, "block:16", 1, "fixed:2:-2", x.data(), "lo < hi required"},
+      {GMMGEN_DTYPE_I4, "block:16", 1, "absmax", bad_x.data(), "x[3, 7]=nan is not finite"},
+  };
+  for (const Bad& b : bad) {
+    std::strcpy(err, "stale");
+    EXPECT_EQ(GMMGEN_ERR_INVALID_ARGUMENT,
+              gmmgen_quantize(b.x, rows, cols, 0, b.dtype, b.scheme, b.axis, b.calibration,
+                              q.data(), 0, s.data(), 0, err, sizeof err));
+    EXPECT_NE(std::string(err).find(b.needle), std::string::npos) << err;
+    EXPECT_TRUE(q == q_before && s == s_before) << b.needle;
+  }
+  EXPECT_EQ(
+      GMMGEN_ERR_INVALID_ARGUMENT,
+      gmmgen_quantize_dual(x.data(), rows, cols, 0, GMMGEN_DTYPE_I8, "tensor", "absmax", rq.data(),
+                           0, rs.data(), 0, cq.data(), 0, cs.data(), 0, err, sizeof err));
+  EXPECT_NE(std::string(err).find("dual quantization takes block:B"), std::string::npos) << err;
+  EXPECT_EQ(GMMGEN_ERR_INVALID_ARGUMENT,
+            gmmgen_dequantize(q.data(), 0, s.data(), 0, rows, cols, GMMGEN_DTYPE_I4, "block:16",
+                              GMMGEN_QUANT_AXIS_COLS, nullptr, 0, err, sizeof err));
+  EXPECT_STREQ("x is null", err);
+  // A short buffer keeps the start of the message, NUL-terminated; a NULL one is allowed.
+  char small[8];
+  EXPECT_EQ(GMMGEN_ERR_INVALID_ARGUMENT,
+            gmmgen_quantize(x.data(), rows, cols, 0, 99, "tensor", 1, nullptr, q.data(), 0,
+                            s.data(), 0, small, sizeof small));
+  EXPECT_STREQ("dtype=9", small);
+  EXPECT_EQ(GMMGEN_ERR_INVALID_ARGUMENT,
+            gmmgen_quantize(x.data(), rows, cols, 0, 99, "tensor", 1, nullptr, q.data(), 0,
+                            s.data(), 0, nullptr, 0));
+}
+
+}  // namespace
+}  // namespace gmmgen
