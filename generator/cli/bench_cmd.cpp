@@ -1,5 +1,7 @@
 // gmm-gen bench: kernel GFLOP/s side by side with a per-group baseline (DESIGN §5, §10).
+#include <algorithm>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <memory>
@@ -13,10 +15,39 @@ namespace {
 
 struct BenchOptions {
   SpecOptions specs;
-  std::string shapes, dist = "uniform", baseline, json;
+  std::string shapes, dist = "uniform", baseline, json, quant;
   int64_t m = 4096;
   int threads = 2, reps = 7;
+  CLI::Option* quant_option = nullptr;  // given at all (an empty --quant is an error)
 };
+
+// One row to run; a quantized row names the row of its float counterpart (run before it).
+struct Job {
+  KernelSpec spec;
+  bench::Workload work;
+  int float_job = -1;
+};
+
+// Adds the float counterpart of a quantized job unless the list already has it, then the job.
+void add_quantized(std::vector<Job>& jobs, const KernelSpec& spec, const bench::Workload& w) {
+  const KernelSpec f = bench::float_counterpart(spec);
+  auto same = [&](const Job& j) {
+    return j.spec == f && j.work.shape == w.shape && j.work.m == w.m &&
+           j.work.group_sizes == w.group_sizes;
+  };
+  auto it = std::find_if(jobs.begin(), jobs.end(), same);
+  int index = int(it - jobs.begin());
+  if (it == jobs.end()) jobs.push_back({f, w, -1});
+  jobs.push_back({spec, w, index});
+}
+
+// "lhs x rhs -> out", with the scale schemes of quantized operands: bf16xi8@channel->f32.
+std::string dtypes_label(const bench::Row& r) {
+  const auto side = [&](const std::string& d, const std::string& q) {
+    return q == "none" ? d : d + "@" + q;
+  };
+  return side(r.lhs, r.lhs_quant) + "x" + side(r.rhs, r.rhs_quant) + "->" + r.out;
+}
 
 std::vector<std::string> split(const std::string& s) {
   std::vector<std::string> out;
@@ -39,9 +70,17 @@ int run_bench(const BenchOptions& o) {
   }
   if (o.threads < 1 || o.threads > 4096) throw InvalidArgument("--threads must be in [1, 4096]");
   if (o.reps < 1) throw InvalidArgument("--reps must be >= 1");
-  // What to run: the standard shapes for gmm f32, gmm bf16 x bf16 -> f32 and tgmm f32, or the
-  // given specs on --m rows split by --dist.
-  std::vector<std::pair<KernelSpec, bench::Workload>> jobs;
+  const bool quant = o.quant_option && o.quant_option->count() > 0;
+  if (quant && o.shapes.empty())
+    throw InvalidArgument(
+        "--quant needs --shapes (it sets the dtypes of the standard shapes; a --spec names its "
+        "own)");
+  const std::vector<bench::QuantPreset> presets =
+      quant ? bench::parse_quant_set(o.quant) : std::vector<bench::QuantPreset>{};
+  // What to run: the standard shapes for gmm f32, gmm bf16 x bf16 -> f32 and tgmm f32 (with
+  // --quant: gmm with each preset's dtypes, after its float counterpart), or the given specs on
+  // --m rows split by --dist. Every quantized row runs after its float counterpart.
+  std::vector<Job> jobs;
   if (!o.shapes.empty()) {
     struct Kind {
       Op op;
@@ -51,21 +90,41 @@ int run_bench(const BenchOptions& o) {
                           {Op::kGmm, DType::kBF16, DType::kBF16, DType::kF32},
                           {Op::kTgmm, DType::kF32, DType::kF32, DType::kF32}};
     const auto names = o.shapes == "all" ? bench::standard_shape_names() : split(o.shapes);
-    for (const Kind& k : kinds)
+    if (!quant) {
+      for (const Kind& k : kinds)
+        for (const auto& name : names) {
+          const bench::Shape s = bench::standard_shape(name, k.op, k.lhs, k.rhs, k.out);
+          jobs.push_back({s.spec, s.work, -1});
+        }
+    } else {
       for (const auto& name : names) {
-        const bench::Shape s = bench::standard_shape(name, k.op, k.lhs, k.rhs, k.out);
-        jobs.emplace_back(s.spec, s.work);
+        const bench::Shape s =
+            bench::standard_shape(name, Op::kGmm, DType::kF32, DType::kF32, DType::kF32);
+        for (const auto& p : presets) add_quantized(jobs, bench::with_quant(s.spec, p), s.work);
       }
+    }
   } else {
     for (const auto& spec : o.specs.specs()) {
       bench::Workload w;
       w.shape = "custom";
       w.m = o.m;
       w.group_sizes = bench::group_sizes(o.dist, int32_t(spec.g), o.m, 12345);
-      jobs.emplace_back(spec, w);
+      if (bench::is_quantized(spec))
+        add_quantized(jobs, spec, w);
+      else
+        jobs.push_back({spec, w, -1});
     }
   }
-  for (const auto& [spec, w] : jobs) validate(spec);
+  for (const auto& j : jobs) validate(j.spec);
+  bool any_quantized = false;
+  size_t width = 16;  // the dtypes column
+  for (const auto& j : jobs) {
+    bench::Row r;
+    r.lhs = to_string(j.spec.lhs), r.rhs = to_string(j.spec.rhs), r.out = to_string(j.spec.out);
+    r.lhs_quant = to_string(j.spec.lhs_quant), r.rhs_quant = to_string(j.spec.rhs_quant);
+    width = std::max(width, dtypes_label(r).size());
+    any_quantized |= bench::is_quantized(j.spec);
+  }
 
   const bench::Machine machine = bench::describe_machine(o.threads);
   std::printf(
@@ -73,28 +132,44 @@ int run_bench(const BenchOptions& o) {
       "(f32 FMA, measured)\nbaseline:  %s\n\n",
       machine.cpu.c_str(), machine.isa.c_str(), machine.compiler.c_str(), machine.threads,
       machine.peak_gflops, bench::to_string(opt.baseline).c_str());
-  std::printf("%-5s %-5s %-16s %10s %10s %10s %7s %7s  %s\n", "shape", "op", "lhs x rhs -> out",
-              "ms", "GFLOP/s", "base GF/s", "ratio", "% peak", "check");
+  const int w = int(width);
+  std::printf("%-5s %-5s %-*s %10s %10s %10s %7s %7s%s  %s\n", "shape", "op", w, "lhs x rhs -> out",
+              "ms", "GFLOP/s", "base GF/s", "ratio", "% peak", any_quantized ? " vs float" : "",
+              "check");
   std::fflush(stdout);
   RuntimeOptions ro;
   ro.num_threads = o.threads;
   Runtime rt(ro);
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
+  std::vector<bench::Row> done;
   int failures = 0;
-  for (const auto& [spec, w] : jobs) {
-    const bench::Row r = bench::run(rt, spec, w, opt, machine);
-    const std::string dtypes = r.lhs + "x" + r.rhs + "->" + r.out;
+  for (const Job& j : jobs) {
+    bench::Row r = bench::run(rt, j.spec, j.work, opt, machine);
+    if (j.float_job >= 0) {  // quantized: over gmm-gen's kernel on the float operands
+      const bench::Row& f = done[size_t(j.float_job)];
+      if (f.ok) r.float_gflops = f.gflops;
+      if (f.ok && r.ok) r.vs_float = r.gflops / f.gflops;
+    }
+    const std::string dtypes = dtypes_label(r);
+    std::string vs;
+    if (any_quantized) {
+      char buf[16] = "";
+      if (r.vs_float > 0) std::snprintf(buf, sizeof buf, "%.2f", r.vs_float);
+      vs = " " + std::string(8 - std::min<size_t>(8, std::strlen(buf)), ' ') + buf;
+    }
     if (r.ok) {
-      std::printf("%-5s %-5s %-16s %10.3f %10.1f %10.1f %7.2f %6.1f%%  ok\n", r.shape.c_str(),
-                  r.op.c_str(), dtypes.c_str(), r.ms, r.gflops, r.baseline_gflops, r.ratio,
-                  100 * r.peak_fraction);
+      std::printf("%-5s %-5s %-*s %10.3f %10.1f %10.1f %7.2f %6.1f%%%s  ok\n", r.shape.c_str(),
+                  r.op.c_str(), w, dtypes.c_str(), r.ms, r.gflops, r.baseline_gflops, r.ratio,
+                  100 * r.peak_fraction, vs.c_str());
     } else {
       ++failures;  // a wrong kernel reports no speed
-      std::printf("%-5s %-5s %-16s %10s %10s %10s %7s %7s  MISMATCH: %s\n", r.shape.c_str(),
-                  r.op.c_str(), dtypes.c_str(), "-", "-", "-", "-", "-", r.failure.c_str());
+      std::printf("%-5s %-5s %-*s %10s %10s %10s %7s %7s%s  MISMATCH: %s\n", r.shape.c_str(),
+                  r.op.c_str(), w, dtypes.c_str(), "-", "-", "-", "-", "-", vs.c_str(),
+                  r.failure.c_str());
     }
     std::fflush(stdout);
     rows.push_back(r.to_json());
+    done.push_back(std::move(r));
   }
   if (!o.json.empty()) {
     std::ofstream out(o.json);
@@ -114,6 +189,13 @@ Command add_bench(CLI::App& app) {
   cmd->add_option("--shapes", o->shapes,
                   "Standard shapes (DESIGN §10): S1,S2,S3,S4 or all; runs gmm f32, gmm bf16 x "
                   "bf16 -> f32 and tgmm f32 on each");
+  o->quant_option =
+      cmd->add_option("--quant", o->quant,
+                      "With --shapes: gmm with quantized operands instead, each beside gmm-gen's "
+                      "float kernel (`vs float`): `default` or a comma list of presets "
+                      "(bf16-fp8-block, bf16-int8-channel, bf16-int4-block, bf16-nf4-block, "
+                      "bf16-t2-channel, f32-int8-channel, fp8-block, int8-channel) and "
+                      "LHS[@SCHEME]/RHS[@SCHEME] pairs (e.g. bf16/i4@block:128)");
   cmd->add_option("--m", o->m, "Rows M for --spec runs [4096]");
   cmd->add_option("--dist", o->dist,
                   "Group sizes for --spec runs: uniform | zipf | tiny | decode | sizes:a,b,... "
@@ -129,7 +211,12 @@ Command add_bench(CLI::App& app) {
       "(one oneDNN matmul or OpenBLAS sgemm per group, weights [K, N]), both checked against a\n"
       "float64 reference on sampled outputs and against each other; a row that fails reports no\n"
       "speed and the command exits 1. % peak is of the f32 FMA peak measured at start.\n"
+      "Quantized rows (--quant, or a quantized --spec): random floats quantized by absmax with\n"
+      "the library's quantizers; the baseline runs on both operands dequantized to the\n"
+      "activation dtype (bf16 when lhs is bf16, else f32); `vs float` is the row's GFLOP/s over\n"
+      "gmm-gen's kernel with both operands in that dtype, timed in the same run.\n"
       "Example:\n  gmm-gen bench --shapes all --threads 2 --json bench.json\n"
+      "  gmm-gen bench --shapes S1,S3 --quant default\n"
       "  gmm-gen bench --spec op=gmm,lhs=bf16,rhs=bf16,out=f32,k=2048,n=1408,g=64 --m 8192 "
       "--dist zipf");
   return {cmd, [o] { return run_bench(*o); }};

@@ -4,29 +4,164 @@
 #include <cmath>
 #include <functional>
 #include <random>
+#include <sstream>
 #include <thread>
 
 #include "baseline.h"
+#include "gmmgen/codes.h"
+#include "gmmgen/heuristics.h"
 #include "gmmgen/naming.h"
+#include "gmmgen/quantize.hpp"
 #include "gmmgen/verify/numeric.h"
 
 namespace gmmgen::bench {
 namespace {
 
-// A buffer of `count` elements of dtype d, 64-byte aligned.
-struct Buffer {
-  DType dtype;
+int64_t ceil_div(int64_t a, int64_t b) {
+  return (a + b - 1) / b;
+}
+
+// `count` bytes, 64-byte aligned.
+struct Aligned {
   std::vector<unsigned char> bytes;
   size_t offset = 0;
-  Buffer(DType d, int64_t count)
-      : dtype(d), bytes(size_t(std::max<int64_t>(count, 1)) * size_t(bits_of(d) / 8) + 64) {
+  explicit Aligned(size_t count) : bytes(std::max<size_t>(count, 1) + 64) {
     offset = (64 - reinterpret_cast<uintptr_t>(bytes.data()) % 64) % 64;
   }
-  void* data() { return bytes.data() + offset; }
-  double get(int64_t i) const { return load_element(dtype, bytes.data() + offset, i); }
+  unsigned char* data() { return bytes.data() + offset; }
+  const unsigned char* data() const { return bytes.data() + offset; }
+};
+
+// A buffer of `count` elements of float dtype d, 64-byte aligned.
+struct Buffer {
+  DType dtype;
+  Aligned mem;
+  Buffer(DType d, int64_t count)
+      : dtype(d), mem(size_t(std::max<int64_t>(count, 1)) * size_t(bits_of(d) / 8)) {}
+  void* data() { return mem.data(); }
+  double get(int64_t i) const { return load_element(dtype, mem.data(), i); }
   void fill(std::mt19937_64& rng, int64_t count) {
     std::uniform_real_distribution<double> u(-1.0, 1.0);
     for (int64_t i = 0; i < count; ++i) store_element(dtype, data(), i, u(rng));
+  }
+};
+
+// An input operand as the kernel reads it: `batch` matrices [rows, cols] stored row-major and
+// packed one after the other, of a float dtype or of codes (sub-byte codes packed along the row)
+// with f32 scales laid out as gmmgen/kernel_abi.h's "Scales" says. `axis` is the contraction axis
+// of the stored matrices: the one scale blocks run along.
+struct Operand {
+  DType dtype;
+  Quant scheme;
+  QuantAxis axis;
+  int64_t batch, rows, cols;
+  int64_t ld;  // elements per stored row: cols, rounded up to whole bytes for sub-byte codes
+  Aligned mem;
+  std::vector<float> scales;
+  ScaleShape grid;  // the scales of one matrix (all of them with tensor scales)
+
+  Operand(DType d, const Quant& q, QuantAxis a, int64_t b, int64_t r, int64_t c)
+      : dtype(d),
+        scheme(q),
+        axis(a),
+        batch(b),
+        rows(r),
+        cols(c),
+        ld(codes::is_quantized(d) ? packed_codes_ld(d, c) : c),
+        mem(size_t(ceil_div(std::max<int64_t>(b * r * ld, 1) * bits_of(d), 8))) {}
+
+  bool quantized() const { return codes::is_quantized(dtype); }
+  int64_t count() const { return batch * rows * cols; }
+  // One scale for every matrix (tensor; none has no scales): the batch is quantized as one
+  // [batch * rows, cols] matrix. Channel and block scales are per matrix, matrix by matrix.
+  bool whole() const {
+    return scheme.kind == QuantKind::kTensor || scheme.kind == QuantKind::kNone;
+  }
+  QuantizeOptions options() const {
+    QuantizeOptions o;
+    o.dtype = dtype, o.scheme = scheme, o.axis = axis;
+    return o;
+  }
+  size_t code_bytes_per_matrix() const { return size_t(rows * ld * bits_of(dtype) / 8); }
+  int64_t scales_per_matrix() const { return grid.rows * grid.cols; }
+  const float* scale_data() const {
+    return scheme.kind == QuantKind::kNone ? nullptr : scales.data();
+  }
+
+  // Random floats, uniform in [-1, 1); quantized operands hold their absmax codes and scales.
+  void fill(std::mt19937_64& rng) {
+    std::uniform_real_distribution<double> u(-1.0, 1.0);
+    if (!quantized()) {
+      for (int64_t i = 0; i < count(); ++i) store_element(dtype, mem.data(), i, u(rng));
+      return;
+    }
+    std::vector<float> x(static_cast<size_t>(count()));
+    for (float& v : x) v = float(u(rng));
+    const QuantizeOptions o = options();
+    if (whole()) {
+      grid = scale_shape(scheme, axis, batch * rows, cols);
+      scales.assign(size_t(std::max<int64_t>(1, grid.rows * grid.cols)), 0.0f);
+      quantize(x.data(), batch * rows, cols, 0, o, mem.data(), 0, scales.data(), 0);
+      return;
+    }
+    grid = scale_shape(scheme, axis, rows, cols);
+    scales.assign(size_t(batch * scales_per_matrix()), 0.0f);
+    for (int64_t b = 0; b < batch; ++b)
+      quantize(x.data() + b * rows * cols, rows, cols, 0, o,
+               mem.data() + size_t(b) * code_bytes_per_matrix(), 0,
+               scales.data() + b * scales_per_matrix(), 0);
+  }
+
+  // The exact value of stored element (b, r, c): decode(code) * scale in float64 (the kernel
+  // works with this value, DESIGN §7), or the float element.
+  double value(int64_t b, int64_t r, int64_t c) const {
+    const int64_t i = (b * rows + r) * ld + c;
+    if (!quantized()) return load_element(dtype, mem.data(), i);
+    const double v = codes::decode(dtype, codes::get_code(mem.data(), i, bits_of(dtype)));
+    return scheme.kind == QuantKind::kNone ? v : v * double(scales[size_t(scale_index(b, r, c))]);
+  }
+  int64_t scale_index(int64_t b, int64_t r, int64_t c) const {
+    const bool along_cols = axis == QuantAxis::kCols;
+    switch (scheme.kind) {
+      case QuantKind::kChannel:  // one scale per row (contraction along cols) or column
+        return along_cols ? b * rows + r : b * cols + c;
+      case QuantKind::kBlock: {
+        // block_k along the contraction axis, block_n (or 1) along the other one.
+        const int64_t other = scheme.block_n ? scheme.block_n : 1;
+        const int64_t br = along_cols ? other : scheme.block_k;
+        const int64_t bc = along_cols ? scheme.block_k : other;
+        return b * scales_per_matrix() + (r / br) * grid.cols + c / bc;
+      }
+      default:
+        return 0;
+    }
+  }
+
+  // The operand as a float buffer of dtype d: gmmgen::dequantize's f32 values (or the float
+  // elements) rounded to d. The baseline's input.
+  Buffer as_float(DType d) const {
+    Buffer out(d, count());
+    if (!quantized()) {
+      for (int64_t i = 0; i < count(); ++i)
+        store_element(d, out.data(), i, load_element(dtype, mem.data(), i));
+      return out;
+    }
+    // f32 values straight into the output, or into a temporary rounded to d afterwards.
+    std::vector<float> f32;
+    if (d != DType::kF32) f32.resize(size_t(count()));
+    float* x = d == DType::kF32 ? static_cast<float*>(out.data()) : f32.data();
+    const QuantizeOptions o = options();
+    if (whole()) {
+      dequantize(mem.data(), 0, scale_data(), 0, batch * rows, cols, o, x, 0);
+    } else {
+      for (int64_t b = 0; b < batch; ++b)
+        dequantize(mem.data() + size_t(b) * code_bytes_per_matrix(), 0,
+                   scales.data() + b * scales_per_matrix(), 0, rows, cols, o, x + b * rows * cols,
+                   0);
+    }
+    if (d != DType::kF32)
+      for (int64_t i = 0; i < count(); ++i) store_element(d, out.data(), i, double(f32[size_t(i)]));
+    return out;
   }
 };
 
@@ -43,22 +178,157 @@ double median_ms(const std::function<void()>& fn, int reps) {
   return ms[ms.size() / 2];
 }
 
-// Checks sampled outputs against a float64 reference of the same inputs: one rounding to the
-// output dtype plus f32 summation of `terms` products.
+// Checks sampled outputs against a float64 reference of the same inputs, as the checker's bound
+// (gmmgen/verify/checker.h) with one more output rounding of slack: 2 u_out |ref| +
+// (terms + c) u S, u = 2^-24, S = sum |lhs * rhs|. Float operands: terms = the products, c = 2
+// (f32 summation, one rounding to the output dtype). Quantized operands: c = 4 (each scale
+// block's partial sum, the scale product and the scaling rounded in f32); terms = the products,
+// or the scale blocks when both operands are integer (exact i32 partial sums).
 struct Checker {
-  const KernelSpec& s;
+  DType out;
+  int slack;
   std::string failure;
   void element(double got, double ref, double abs_sum, int64_t terms, const std::string& where) {
     if (!failure.empty()) return;
-    const double bound = 2 * std::ldexp(1.0, -dtype_info(s.out).precision) * std::fabs(ref) +
-                         double(terms + 2) * std::ldexp(1.0, -24) * abs_sum + 1e-30;
+    const double floor = out == DType::kF16 ? std::ldexp(1.0, -25) : 1e-30;  // f16 subnormals
+    const double bound = 2 * std::ldexp(1.0, -dtype_info(out).precision) * std::fabs(ref) +
+                         double(terms + slack) * std::ldexp(1.0, -24) * abs_sum + floor;
     if (!(std::fabs(got - ref) <= bound))
       failure = where + ": got " + std::to_string(got) + ", float64 reference " +
                 std::to_string(ref) + " (bound " + std::to_string(bound) + ")";
   }
 };
 
+// The scale block along the contraction: the smallest block_k of the block-scaled operands (they
+// nest, being powers of two); 0 when neither has blocks.
+int64_t scale_block(const KernelSpec& s) {
+  int64_t b = 0;
+  for (const Quant* q : {&s.lhs_quant, &s.rhs_quant})
+    if (q->kind == QuantKind::kBlock) b = b ? std::min(b, q->block_k) : q->block_k;
+  return b;
+}
+
+// One sampled output element of the baseline, with the float64 product of the baseline's own
+// operands (quantized rows: the dequantized values it was given).
+struct BaselineSample {
+  int64_t index;  // in the baseline's output (gmm [m, N], tgmm [G, K, N])
+  double ref, abs_sum;
+  int64_t terms;
+  std::string where;
+};
+
 }  // namespace
+
+// ---- Quantized rows -----------------------------------------------------------------------------
+
+const std::vector<QuantPreset>& quant_presets() {
+  static const std::vector<QuantPreset> presets = [] {
+    const Quant none, channel{QuantKind::kChannel, 0, 0};
+    const auto block = [](int64_t b, int64_t c = 0) { return Quant{QuantKind::kBlock, b, c}; };
+    return std::vector<QuantPreset>{
+        {"bf16-fp8-block", DType::kBF16, DType::kF8E4M3, none, block(128, 128)},
+        {"bf16-int8-channel", DType::kBF16, DType::kI8, none, channel},
+        {"bf16-int4-block", DType::kBF16, DType::kI4, none, block(128)},
+        {"bf16-nf4-block", DType::kBF16, DType::kNF4, none, block(64)},
+        {"bf16-t2-channel", DType::kBF16, DType::kT2, none, channel},
+        {"f32-int8-channel", DType::kF32, DType::kI8, none, channel},
+        {"fp8-block", DType::kF8E4M3, DType::kF8E4M3, block(128), block(128, 128)},
+        {"int8-channel", DType::kI8, DType::kI8, channel, channel}};
+  }();
+  return presets;
+}
+
+bool is_quantized(const KernelSpec& s) {
+  return codes::is_quantized(s.lhs) || codes::is_quantized(s.rhs);
+}
+
+DType activation_dtype(const KernelSpec& s) {
+  return s.lhs == DType::kBF16 ? DType::kBF16 : DType::kF32;
+}
+
+KernelSpec with_quant(const KernelSpec& spec, const QuantPreset& p) {
+  KernelSpec s = spec;
+  s.lhs = p.lhs, s.rhs = p.rhs;
+  s.lhs_quant = p.lhs_quant, s.rhs_quant = p.rhs_quant;
+  s.tiling = default_tiling(s);
+  return s;
+}
+
+KernelSpec float_counterpart(const KernelSpec& spec) {
+  KernelSpec s = spec;
+  s.lhs = s.rhs = activation_dtype(spec);
+  s.lhs_quant = s.rhs_quant = Quant{};
+  s.tiling = default_tiling(s);
+  return s;
+}
+
+std::vector<QuantPreset> parse_quant_set(const std::string& text) {
+  const auto& presets = quant_presets();
+  std::string names;
+  for (const auto& p : presets) names += (names.empty() ? "" : ", ") + p.name;
+  const std::string items = "`default`, a preset (" + names +
+                            ") or LHS[@SCHEME]/RHS[@SCHEME] (dtypes and schemes as in specs, e.g. "
+                            "bf16/i4@block:128)";
+  if (text.empty() || text.back() == ',')
+    throw InvalidArgument("--quant '" + text + "': an empty item; each item is one of: " + items);
+  std::vector<QuantPreset> out;
+  const auto add = [&](const QuantPreset& p) {
+    const bool seen = std::any_of(out.begin(), out.end(), [&](const QuantPreset& q) {
+      return q.lhs == p.lhs && q.rhs == p.rhs && q.lhs_quant == p.lhs_quant &&
+             q.rhs_quant == p.rhs_quant;
+    });
+    if (!seen) out.push_back(p);
+  };
+  std::stringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (item.empty())
+      throw InvalidArgument("--quant '" + text + "': an empty item; each item is one of: " + items);
+    if (item == "default") {
+      for (const auto& p : presets) add(p);
+      continue;
+    }
+    const auto named = std::find_if(presets.begin(), presets.end(),
+                                    [&](const QuantPreset& q) { return q.name == item; });
+    if (named != presets.end()) {
+      add(*named);
+      continue;
+    }
+    const size_t slash = item.find('/');
+    if (slash == std::string::npos || item.find('/', slash + 1) != std::string::npos)
+      throw InvalidArgument("--quant: '" + item + "' is not one of: " + items);
+    // Each side through the spec's own field parsers, then the spec's rules on a gmm (nf4 and t2
+    // only for rhs, BxC only for rhs, scales where codes need them, ...): their messages name the
+    // field and the rule.
+    KernelSpec probe;
+    probe.op = Op::kGmm, probe.out = DType::kF32;
+    probe.k = 1024, probe.n = 1024, probe.g = probe.g_local = 8;
+    try {
+      const auto side = [&](const std::string& part, const char* dtype_key, const char* quant_key) {
+        const size_t at = part.find('@');
+        set_field(spec_field(dtype_key), probe, part.substr(0, at));
+        if (at != std::string::npos) set_field(spec_field(quant_key), probe, part.substr(at + 1));
+      };
+      side(item.substr(0, slash), "lhs", "lhs_quant");
+      side(item.substr(slash + 1), "rhs", "rhs_quant");
+    } catch (const std::exception& e) {
+      throw InvalidArgument("--quant: '" + item + "': " + e.what());
+    }
+    if (!is_quantized(probe))
+      throw InvalidArgument("--quant: '" + item +
+                            "' quantizes neither operand (one must be f8e4m3, f8e5m2, i8, i4, "
+                            "nf4 or t2)");
+    try {
+      probe.tiling = default_tiling(probe);
+      validate(probe);
+    } catch (const std::exception& e) {
+      throw InvalidArgument("--quant: '" + item + "': " + e.what());
+    }
+    add(QuantPreset{item, probe.lhs, probe.rhs, probe.lhs_quant, probe.rhs_quant});
+  }
+  return out;
+}
+
+// ---- Baselines and rows -------------------------------------------------------------------------
 
 BaselineKind parse_baseline(const std::string& name) {
   if (name == "onednn") return BaselineKind::kOneDnn;
@@ -84,26 +354,28 @@ bool baseline_available(BaselineKind k) {
 nlohmann::ordered_json Row::to_json() const {
   // A row whose output failed its check reports no speed (null), so no script picks it up.
   const auto speed = [&](double v) { return ok ? nlohmann::ordered_json(v) : nullptr; };
-  return {{"shape", shape},
-          {"op", op},
-          {"lhs", lhs},
-          {"rhs", rhs},
-          {"out", out},
-          {"kernel", kernel},
-          {"m", m},
-          {"k", k},
-          {"n", n},
-          {"g", g},
-          {"ms", speed(ms)},
-          {"gflops", speed(gflops)},
-          {"baseline", baseline},
-          {"baseline_ms", baseline_ms},
-          {"baseline_gflops", baseline_gflops},
-          {"ratio", speed(ratio)},
-          {"peak_gflops", peak_gflops},
-          {"peak_fraction", speed(peak_fraction)},
-          {"ok", ok},
-          {"failure", failure}};
+  nlohmann::ordered_json j = {{"shape", shape}, {"op", op}, {"lhs", lhs}, {"rhs", rhs}};
+  if (quantized) j["lhs_quant"] = lhs_quant, j["rhs_quant"] = rhs_quant;
+  j["out"] = out;
+  j["kernel"] = kernel;
+  j["m"] = m, j["k"] = k, j["n"] = n, j["g"] = g;
+  j["ms"] = speed(ms);
+  j["gflops"] = speed(gflops);
+  j["baseline"] = baseline;
+  // Quantized rows: the baseline ran on both operands dequantized to this dtype.
+  if (quantized) j["baseline_dtype"] = baseline_dtype;
+  j["baseline_ms"] = baseline_ms;
+  j["baseline_gflops"] = baseline_gflops;
+  j["ratio"] = speed(ratio);
+  if (quantized) {
+    j["float_gflops"] = float_gflops > 0 ? nlohmann::ordered_json(float_gflops) : nullptr;
+    j["vs_float"] = ok && vs_float > 0 ? nlohmann::ordered_json(vs_float) : nullptr;
+  }
+  j["peak_gflops"] = peak_gflops;
+  j["peak_fraction"] = speed(peak_fraction);
+  j["ok"] = ok;
+  j["failure"] = failure;
+  return j;
 }
 
 Row run(Runtime& rt, const KernelSpec& spec, const Workload& work, const Options& o,
@@ -118,6 +390,8 @@ Row run(Runtime& rt, const KernelSpec& spec, const Workload& work, const Options
   row.shape = work.shape, row.op = std::string(to_string(spec.op));
   row.lhs = std::string(to_string(spec.lhs)), row.rhs = std::string(to_string(spec.rhs));
   row.out = std::string(to_string(spec.out)), row.kernel = kernel_name(spec);
+  row.lhs_quant = to_string(spec.lhs_quant), row.rhs_quant = to_string(spec.rhs_quant);
+  row.quantized = is_quantized(spec);
   row.m = work.m, row.k = spec.k, row.n = spec.n, row.g = spec.g;
   int64_t rows = 0;
   for (int32_t v : work.group_sizes) rows += v;
@@ -127,15 +401,24 @@ Row run(Runtime& rt, const KernelSpec& spec, const Workload& work, const Options
   const bool tgmm = spec.op == Op::kTgmm;
   const int64_t M = work.m, K = spec.k, N = spec.n, G = spec.g;
   std::mt19937_64 rng(o.seed);
-  Buffer lhs(spec.lhs, M * K), rhs(spec.rhs, tgmm ? M * N : G * K * N);
+  // Stored layouts and contraction axes: gmm lhs [M, K] along K; rhs [G][K, N] along K, or
+  // [G][N, K] with transpose_rhs; tgmm lhs [M, K] (or [K, M]) and rhs [M, N] along M.
+  const bool km = spec.lhs_layout == LhsLayout::kKM;
+  Operand lhs = !tgmm ? Operand(spec.lhs, spec.lhs_quant, QuantAxis::kCols, 1, M, K)
+                : km  ? Operand(spec.lhs, spec.lhs_quant, QuantAxis::kCols, 1, K, M)
+                      : Operand(spec.lhs, spec.lhs_quant, QuantAxis::kRows, 1, M, K);
+  Operand rhs = tgmm                 ? Operand(spec.rhs, spec.rhs_quant, QuantAxis::kRows, 1, M, N)
+                : spec.transpose_rhs ? Operand(spec.rhs, spec.rhs_quant, QuantAxis::kCols, G, N, K)
+                                     : Operand(spec.rhs, spec.rhs_quant, QuantAxis::kRows, G, K, N);
   Buffer out(spec.out, tgmm ? G * K * N : M * N);
-  lhs.fill(rng, M * K);
-  rhs.fill(rng, tgmm ? M * N : G * K * N);
+  lhs.fill(rng);
+  rhs.fill(rng);
 
   gmmgen_args a{};
   a.abi_version = GMMGEN_ABI_VERSION;
   a.m = M;
-  a.lhs = lhs.data(), a.rhs = rhs.data(), a.out = out.data();
+  a.lhs = lhs.mem.data(), a.rhs = rhs.mem.data(), a.out = out.data();
+  a.lhs_scale = lhs.scale_data(), a.rhs_scale = rhs.scale_data();  // packed: ld 0
   a.group_sizes = work.group_sizes.data();
   if (spec.out_mode != OutMode::kPlain) a.existing_out = out.data();
   const gmmgen_kernel_entry& kernel = rt.kernel(spec);
@@ -143,14 +426,30 @@ Row run(Runtime& rt, const KernelSpec& spec, const Workload& work, const Options
   row.gflops = row.flops / (row.ms * 1e6);
   row.peak_fraction = row.peak_gflops > 0 ? row.gflops / row.peak_gflops : 0;
 
-  // The float64 reference on a sample of the output.
-  Checker check{spec, ""};
+  // Quantized rows: the baseline's operands, both dequantized to the activation dtype (made
+  // outside the timing, only for a baseline that exists).
+  const DType base_dtype = row.quantized ? activation_dtype(spec) : spec.lhs;
+  row.baseline_dtype = std::string(to_string(base_dtype));
+  std::unique_ptr<Buffer> base_lhs, base_rhs;
+  if (row.quantized && o.baseline != BaselineKind::kNone && baseline_available(o.baseline)) {
+    base_lhs = std::make_unique<Buffer>(lhs.as_float(base_dtype));
+    base_rhs = std::make_unique<Buffer>(rhs.as_float(base_dtype));
+  }
+
+  // The float64 reference on a sample of the output. Logical accessors: lhs (r, k), rhs (g, k, n)
+  // for gmm and (r, n) for tgmm.
+  const int64_t sb = scale_block(spec);
+  const bool integer_product = is_integer(spec.lhs) && is_integer(spec.rhs);
+  Checker check{spec.out, row.quantized ? 4 : 2, ""};
+  std::vector<BaselineSample> base_samples;
   std::vector<int64_t> start(size_t(G) + 1, 0);
   for (int64_t g = 0; g < G; ++g)
     start[size_t(g) + 1] = start[size_t(g)] + work.group_sizes[size_t(g)];
-  auto lhs_at = [&](int64_t r, int64_t k) {
-    return lhs.get(spec.lhs_layout == LhsLayout::kKM ? k * M + r : r * K + k);
+  auto lhs_at = [&](int64_t r, int64_t k) { return km ? lhs.value(0, k, r) : lhs.value(0, r, k); };
+  auto gmm_rhs_index = [&](int64_t g, int64_t k, int64_t n) {
+    return spec.transpose_rhs ? (g * N + n) * K + k : (g * K + k) * N + n;
   };
+  auto lhs_index = [&](int64_t r, int64_t k) { return km ? k * M + r : r * K + k; };
   if (spec.out_mode == OutMode::kPlain) {
     for (int t = 0; t < 24 && check.failure.empty(); ++t) {
       const int64_t g = int64_t(rng() % uint64_t(G));
@@ -158,36 +457,62 @@ Row run(Runtime& rt, const KernelSpec& spec, const Workload& work, const Options
       if (!tgmm) {
         if (hi == lo) continue;
         const int64_t r = lo + int64_t(rng() % uint64_t(hi - lo));
+        const int64_t terms = integer_product ? (sb ? ceil_div(K, sb) : 1) : K;
         for (int64_t n = 0; n < N; n += 1 + N / 64) {
-          double ref = 0, abs_sum = 0;
+          double ref = 0, abs_sum = 0, bref = 0, babs = 0;
           for (int64_t k = 0; k < K; ++k) {
-            const double w =
-                rhs.get(spec.transpose_rhs ? (g * N + n) * K + k : (g * K + k) * N + n);
-            ref += lhs_at(r, k) * w, abs_sum += std::fabs(lhs_at(r, k) * w);
+            const double x = lhs_at(r, k);
+            const double w = spec.transpose_rhs ? rhs.value(g, n, k) : rhs.value(g, k, n);
+            ref += x * w, abs_sum += std::fabs(x * w);
+            if (base_lhs) {
+              const double bx = base_lhs->get(lhs_index(r, k));
+              const double bw = base_rhs->get(gmm_rhs_index(g, k, n));
+              bref += bx * bw, babs += std::fabs(bx * bw);
+            }
           }
-          check.element(out.get(r * N + n), ref, abs_sum, K,
-                        "out[" + std::to_string(r) + ", " + std::to_string(n) + "]");
+          const std::string where = "out[" + std::to_string(r) + ", " + std::to_string(n) + "]";
+          check.element(out.get(r * N + n), ref, abs_sum, terms, where);
+          if (base_lhs) base_samples.push_back({r * N + n, bref, babs, K, where});
         }
       } else {
         const int64_t k = int64_t(rng() % uint64_t(K));
+        // Integer products: one exact partial sum per block of sb global rows the group touches.
+        const int64_t terms = !integer_product ? hi - lo
+                              : hi == lo       ? 0
+                              : sb             ? (hi - 1) / sb - lo / sb + 1
+                                               : 1;
         for (int64_t n = 0; n < N; n += 1 + N / 64) {
-          double ref = 0, abs_sum = 0;
-          for (int64_t r = lo; r < hi; ++r)
-            ref += lhs_at(r, k) * rhs.get(r * N + n),
-                abs_sum += std::fabs(lhs_at(r, k) * rhs.get(r * N + n));
+          double ref = 0, abs_sum = 0, bref = 0, babs = 0;
+          for (int64_t r = lo; r < hi; ++r) {
+            const double p = lhs_at(r, k) * rhs.value(0, r, n);
+            ref += p, abs_sum += std::fabs(p);
+            if (base_lhs) {
+              const double bp = base_lhs->get(lhs_index(r, k)) * base_rhs->get(r * N + n);
+              bref += bp, babs += std::fabs(bp);
+            }
+          }
           const int64_t at = spec.transpose_rhs ? (g * N + n) * K + k : (g * K + k) * N + n;
-          check.element(out.get(at), ref, abs_sum, hi - lo,
-                        "out[" + std::to_string(g) + "][" + std::to_string(k) + ", " +
-                            std::to_string(n) + "]");
+          const std::string where = "out[" + std::to_string(g) + "][" + std::to_string(k) + ", " +
+                                    std::to_string(n) + "]";
+          check.element(out.get(at), ref, abs_sum, terms, where);
+          if (base_lhs) base_samples.push_back({(g * K + k) * N + n, bref, babs, hi - lo, where});
         }
       }
     }
   }
 
-  // The baseline, side by side; its output must agree with the kernel's.
+  // The baseline, side by side. Float rows: its output must agree with the kernel's. Quantized
+  // rows: it ran on rounded operands (the kernel did not), so each sampled element must match the
+  // float64 product of its own operands (f32 output, float bound).
   row.baseline = to_string(o.baseline);
   if (o.baseline != BaselineKind::kNone) {
-    const Operands ops{&spec, &work, lhs.data(), rhs.data()};
+    KernelSpec base_spec = spec;
+    if (row.quantized) {
+      base_spec.lhs = base_spec.rhs = base_dtype;
+      base_spec.lhs_quant = base_spec.rhs_quant = Quant{};
+    }
+    const Operands ops{&base_spec, &work, base_lhs ? base_lhs->data() : lhs.mem.data(),
+                       base_rhs ? base_rhs->data() : rhs.mem.data()};
     std::unique_ptr<Baseline> base;
     try {
       base = o.baseline == BaselineKind::kOneDnn ? make_onednn(ops, o.threads)
@@ -199,9 +524,16 @@ Row run(Runtime& rt, const KernelSpec& spec, const Workload& work, const Options
       row.baseline_ms = median_ms([&] { base->run(); }, o.reps);
       row.baseline_gflops = row.flops / (row.baseline_ms * 1e6);
       row.ratio = row.gflops / row.baseline_gflops;
-      if (spec.out_mode == OutMode::kPlain) {
+      const auto& b = base->output();
+      if (row.quantized) {
+        Checker base_check{DType::kF32, 2, ""};
+        for (const BaselineSample& s : base_samples)
+          base_check.element(double(b[size_t(s.index)]), s.ref, s.abs_sum, s.terms,
+                             "baseline " + s.where);
+        if (!base_check.failure.empty() && check.failure.empty())
+          check.failure = base_check.failure;
+      } else if (spec.out_mode == OutMode::kPlain) {
         double worst = 0, scale = 0;
-        const auto& b = base->output();
         for (size_t i = 0; i < b.size(); ++i) {
           int64_t at = int64_t(i);
           if (tgmm && spec.transpose_rhs) {  // baseline [G][K][N], kernel [G][N][K]

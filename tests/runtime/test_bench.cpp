@@ -1,10 +1,19 @@
 // The benchmark's own checks: a correct kernel reports a speed and agrees with the baselines;
-// a fast wrong kernel reports none.
+// a fast wrong kernel reports none. Quantized rows: quantized inputs, a check that catches a
+// kernel with slightly wrong scales, a baseline on the dequantized operands, and --quant.
 #include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
 
 #include "gmmgen/bench/bench.h"
 #include "gmmgen/runtime.hpp"
 #include "gmmgen/spec.h"
+#include "jit/toolchain.h"
+#include "quant_matrix.h"
 #include "test_kernels.h"
 
 namespace gmmgen {
@@ -52,6 +61,10 @@ TEST(Bench, CorrectKernelReportsSpeedAndAgreesWithEveryBaseline) {
                             "baseline_gflops", "ratio", "peak_gflops", "peak_fraction"})
       EXPECT_TRUE(j.contains(key)) << key;
     EXPECT_TRUE(j["gflops"].is_number());
+    // Float rows keep the JSON they had: no quantization fields.
+    EXPECT_FALSE(row.quantized);
+    for (const char* key : {"lhs_quant", "rhs_quant", "baseline_dtype", "vs_float"})
+      EXPECT_FALSE(j.contains(key)) << key;
   }
 }
 
@@ -77,6 +90,242 @@ TEST(Bench, FastWrongKernelReportsNoSpeed) {
     EXPECT_TRUE(row.to_json()["gflops"].is_null());
     EXPECT_TRUE(row.to_json()["ratio"].is_null());
   }
+}
+
+// ---- Quantized rows ----------------------------------------------------------------------------
+
+// The compiled-in quantized kernel of the quant_matrix test set with this spec text.
+const gmmgen_kernel_entry& quant_kernel(const std::string& text) {
+  const KernelSpec want = parse_text(text);
+  for (int32_t i = 0; i < quant_matrix_kernel_count; ++i)
+    if (parse_text(quant_matrix_kernels[i].info()->spec) == want) return quant_matrix_kernels[i];
+  throw std::runtime_error("no quant_matrix kernel " + text);
+}
+
+bench::Workload workload(const KernelSpec& s, int64_t m, const char* dist, uint64_t seed) {
+  bench::Workload w;
+  w.shape = "custom";
+  w.m = m;
+  w.group_sizes = bench::group_sizes(dist, int32_t(s.g), m - 3, seed);  // rows past the groups
+  return w;
+}
+
+// Plain-output, unsharded kernels of the quant_matrix set: fp8 block (1xB lhs, BxC rhs), i8 x i8
+// per channel (exact i32 products), i4 x i4 into f16 with transposed weights, bf16 x nf4 blocks,
+// f32 x t2, and tgmm with fp8 and i8 blocks of global rows (group boundaries inside blocks).
+const char* const kQuantSpecs[] = {
+    "op=gmm,lhs=f8e4m3,rhs=f8e4m3,out=bf16,lhs_quant=block:32,rhs_quant=block:32x32,k=200,n=66,"
+    "g=4,tm=16,tk=64,tn=32",
+    "op=gmm,lhs=i8,rhs=i8,out=f32,lhs_quant=channel,rhs_quant=channel,k=200,n=66,g=4,tm=16,tk=64,"
+    "tn=32",
+    "op=gmm,lhs=i4,rhs=i4,out=f16,lhs_quant=channel,rhs_quant=block:32,k=201,n=35,g=3,tm=8,tk=64,"
+    "tn=16,transpose_rhs=1",
+    "op=gmm,lhs=bf16,rhs=nf4,out=bf16,rhs_quant=block:64,k=130,n=48,g=3,tm=16,tk=64,tn=32,"
+    "transpose_rhs=1",
+    "op=gmm,lhs=f32,rhs=t2,out=f32,rhs_quant=channel,k=128,n=66,g=3,tm=16,tk=64,tn=32",
+    "op=tgmm,lhs=f8e4m3,rhs=f8e5m2,out=f32,lhs_quant=block:128,rhs_quant=block:128,k=96,n=80,g=4,"
+    "tm=64,tk=64,tn=32",
+    "op=tgmm,lhs=i8,rhs=i8,out=f32,lhs_quant=block:32,rhs_quant=block:32,k=48,n=40,g=4,tm=16,"
+    "tk=32,tn=16",
+};
+
+TEST(BenchQuant, QuantizedRowsCheckAgainstTheDequantizedReferenceAndBaselines) {
+  bench::Machine machine;
+  machine.threads = 2, machine.peak_gflops = 100;
+  for (const char* text : kQuantSpecs) {
+    const KernelSpec spec = parse_text(text);
+    RuntimeOptions ro;
+    ro.jit = false, ro.num_threads = 2;
+    Runtime rt(ro);
+    rt.register_kernels(&quant_kernel(text), 1);
+    // tgmm: 150 rows in blocks of 32 or 128 global rows, zipf groups (one empty).
+    const bench::Workload w = workload(spec, spec.op == Op::kTgmm ? 150 : 70, "zipf", 3);
+    for (auto kind : {bench::BaselineKind::kNone, bench::BaselineKind::kOneDnn,
+                      bench::BaselineKind::kOpenBlas}) {
+      SCOPED_TRACE(std::string(text) + " " + bench::to_string(kind));
+      bench::Options o;
+      o.reps = 1, o.threads = 2, o.baseline = kind;
+      const bench::Row row = bench::run(rt, spec, w, o, machine);
+      EXPECT_TRUE(row.ok) << row.failure;
+      EXPECT_TRUE(row.quantized);
+      EXPECT_GT(row.gflops, 0);
+      const DType act = spec.lhs == DType::kBF16 ? DType::kBF16 : DType::kF32;
+      EXPECT_EQ(bench::activation_dtype(spec), act);
+      EXPECT_EQ(row.baseline_dtype, std::string(to_string(act)));
+      if (kind != bench::BaselineKind::kNone && bench::baseline_available(kind)) {
+        EXPECT_GT(row.baseline_gflops, 0);
+      }
+      const auto j = row.to_json();
+      EXPECT_EQ(j["lhs_quant"], to_string(spec.lhs_quant));
+      EXPECT_EQ(j["rhs_quant"], to_string(spec.rhs_quant));
+      EXPECT_EQ(j["baseline_dtype"], to_string(act));
+      EXPECT_TRUE(j.contains("vs_float"));
+      EXPECT_TRUE(j["vs_float"].is_null());  // nobody timed the float kernel here
+    }
+  }
+}
+
+// A kernel that reads every rhs scale 1 + 2^-7 too large: the output is 0.8% off, far below any
+// eye's notice and far above the check's bound.
+struct MisScaled {
+  static inline const gmmgen_kernel_entry* real = nullptr;
+  static inline int64_t count = 0;  // rhs scales of the call
+  static inline std::vector<float> scales;
+  static int plan(const gmmgen_args* a, void* ws, int64_t bytes, int64_t* items, char* err,
+                  size_t len) {
+    scales.assign(a->rhs_scale, a->rhs_scale + count);
+    for (float& s : scales) s *= 1.0f + 1.0f / 128;
+    return real->plan(a, ws, bytes, items, err, len);
+  }
+  static int run_items(const gmmgen_args* a, void* ws, int64_t begin, int64_t end) {
+    gmmgen_args b = *a;
+    b.rhs_scale = scales.data();
+    return real->run_items(&b, ws, begin, end);
+  }
+};
+
+TEST(BenchQuant, SlightlyWrongQuantizedKernelIsCaughtAndReportsNoSpeed) {
+  bench::Machine machine;
+  machine.threads = 2, machine.peak_gflops = 100;
+  // i8 x i8 per channel (the tight bound of exact integer products; rhs scales [G, N]) and
+  // bf16 x nf4 with 64-blocks ([G, N, ceil(K/64)] with transposed weights).
+  struct Case {
+    const char* text;
+    int64_t scales;
+  };
+  const Case cases[] = {{kQuantSpecs[1], 4 * 66}, {kQuantSpecs[3], 3 * 48 * 3}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.text);
+    const KernelSpec spec = parse_text(c.text);
+    MisScaled::real = &quant_kernel(c.text);
+    MisScaled::count = c.scales;
+    gmmgen_kernel_entry wrong = *MisScaled::real;
+    wrong.plan = &MisScaled::plan;
+    wrong.run_items = &MisScaled::run_items;
+    RuntimeOptions ro;
+    ro.jit = false, ro.num_threads = 2;
+    Runtime rt(ro);
+    rt.register_kernels(&wrong, 1);
+    bench::Options o;
+    o.reps = 1, o.threads = 2, o.baseline = bench::BaselineKind::kNone;
+    const bench::Row row = bench::run(rt, spec, workload(spec, 70, "uniform", 5), o, machine);
+    EXPECT_FALSE(row.ok);
+    EXPECT_NE(row.failure.find("float64 reference"), std::string::npos) << row.failure;
+    EXPECT_EQ(row.gflops, 0);
+    EXPECT_TRUE(row.to_json()["gflops"].is_null());
+    EXPECT_TRUE(row.to_json()["vs_float"].is_null());
+  }
+}
+
+TEST(BenchQuant, PresetsAndTheirFloatCounterparts) {
+  const auto all = bench::parse_quant_set("default");
+  ASSERT_EQ(all.size(), bench::quant_presets().size());
+  EXPECT_EQ(all.size(), 8u);
+  KernelSpec base;
+  base.op = Op::kGmm, base.out = DType::kF32;
+  base.k = 1024, base.n = 1408, base.g = base.g_local = 8;
+  for (const auto& p : all) {
+    SCOPED_TRACE(p.name);
+    const KernelSpec q = bench::with_quant(base, p);
+    EXPECT_NO_THROW(validate(q));
+    EXPECT_TRUE(bench::is_quantized(q));
+    const KernelSpec f = bench::float_counterpart(q);
+    EXPECT_FALSE(bench::is_quantized(f));
+    const DType act = p.lhs == DType::kBF16 ? DType::kBF16 : DType::kF32;
+    EXPECT_EQ(f.lhs, act);
+    EXPECT_EQ(f.rhs, act);
+    EXPECT_EQ(f.out, DType::kF32);
+    EXPECT_EQ(f.lhs_quant.kind, QuantKind::kNone);
+    EXPECT_EQ(f.rhs_quant.kind, QuantKind::kNone);
+    EXPECT_EQ(f.k, q.k);
+    EXPECT_EQ(f.n, q.n);
+  }
+  // Block FP8: 1x128 activations, 128x128 weights, compared with f32 x f32.
+  const auto fp8 = bench::parse_quant_set("fp8-block");
+  ASSERT_EQ(fp8.size(), 1u);
+  EXPECT_EQ(fp8[0].lhs, DType::kF8E4M3);
+  EXPECT_EQ(fp8[0].lhs_quant, (Quant{QuantKind::kBlock, 128, 0}));
+  EXPECT_EQ(fp8[0].rhs_quant, (Quant{QuantKind::kBlock, 128, 128}));
+  // Pairs, and duplicates dropped (int8-channel is i8@channel/i8@channel).
+  const auto set = bench::parse_quant_set("bf16/i4@block:128,int8-channel,i8@channel/i8@channel");
+  ASSERT_EQ(set.size(), 2u);
+  EXPECT_EQ(set[0].lhs, DType::kBF16);
+  EXPECT_EQ(set[0].rhs, DType::kI4);
+  EXPECT_EQ(set[0].rhs_quant, (Quant{QuantKind::kBlock, 128, 0}));
+  EXPECT_EQ(set[0].lhs_quant.kind, QuantKind::kNone);
+  EXPECT_EQ(set[1].name, "int8-channel");
+}
+
+void expect_quant_error(const std::string& text, std::initializer_list<const char*> words) {
+  SCOPED_TRACE(text);
+  try {
+    bench::parse_quant_set(text);
+    ADD_FAILURE() << "no error";
+  } catch (const InvalidArgument& e) {
+    const std::string msg = e.what();
+    EXPECT_EQ(msg.rfind("--quant", 0), 0u) << msg;  // names the option first
+    for (const char* w : words) EXPECT_NE(msg.find(w), std::string::npos) << w << " in: " << msg;
+  }
+}
+
+TEST(BenchQuant, QuantErrorsNameTheOptionAndTheRule) {
+  expect_quant_error("fp9-block", {"'fp9-block'", "is not one of", "fp8-block", "LHS[@SCHEME]"});
+  expect_quant_error("", {"empty item"});
+  expect_quant_error("fp8-block,,int8-channel", {"empty item"});
+  expect_quant_error("fp8-block,", {"empty item"});
+  expect_quant_error("bf16/i8@channel/i8", {"is not one of"});
+  expect_quant_error("bf16/bf16", {"quantizes neither operand"});
+  expect_quant_error("bf17/i8@channel", {"'bf17/i8@channel'", "lhs"});
+  expect_quant_error("bf16/i8@block:100", {"rhs_quant", "power of two"});
+  expect_quant_error("nf4@channel/i8@channel", {"nf4", "lhs"});
+  expect_quant_error("f8e4m3@block:128x128/f8e4m3@block:128", {"lhs_quant"});
+  expect_quant_error("bf16/i8", {"rhs"});  // i8 codes need scales
+}
+
+// The CLI: --quant without --shapes, or a bad --quant, fails before any timing.
+TEST(BenchQuant, CliRejectsBadQuantBeforeRunning) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"bench", "--quant", "default", "--spec",
+                                 "op=gmm,lhs=f32,rhs=f32,out=f32,k=8,n=8,g=1"},
+        std::vector<std::string>{"bench", "--shapes", "S1", "--quant", "int3-channel"},
+        std::vector<std::string>{"bench", "--shapes", "S1", "--quant", "", "--reps", "1",
+                                 "--baseline", "none"}}) {
+    std::vector<std::string> argv = args;
+    argv.insert(argv.begin(), GMMGEN_CLI);
+    const ProcessResult r = run_process(argv);
+    EXPECT_NE(r.status, 0) << r.output;
+    EXPECT_NE(r.output.find("--quant"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("GFLOP/s"), std::string::npos) << r.output;  // nothing was timed
+  }
+}
+
+// A quantized --spec row runs after gmm-gen's kernel on its float counterpart (bf16 x bf16 here)
+// and reports `vs float`: its GFLOP/s over that row's, in the table and the JSON.
+TEST(BenchQuant, CliQuantizedRowReportsVsFloat) {
+  const std::string json = (std::filesystem::temp_directory_path() /
+                            ("gmmgen_bench_quant_" + std::to_string(::getpid()) + ".json"))
+                               .string();
+  const ProcessResult r =
+      run_process({GMMGEN_CLI, "bench", "--spec",
+                   "op=gmm,lhs=bf16,rhs=i8,rhs_quant=channel,out=f32,k=96,n=40,g=3", "--m", "50",
+                   "--reps", "1", "--threads", "2", "--baseline", "none", "--json", json});
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("vs float"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("bf16xi8@channel->f32"), std::string::npos) << r.output;
+  std::ifstream in(json);
+  const auto j = nlohmann::json::parse(in);
+  std::filesystem::remove(json);
+  const auto& rows = j["rows"];
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0]["lhs"], "bf16");
+  EXPECT_EQ(rows[0]["rhs"], "bf16");
+  EXPECT_FALSE(rows[0].contains("vs_float"));
+  EXPECT_EQ(rows[1]["rhs"], "i8");
+  EXPECT_EQ(rows[1]["rhs_quant"], "channel");
+  EXPECT_EQ(rows[1]["baseline_dtype"], "bf16");
+  EXPECT_EQ(rows[1]["float_gflops"], rows[0]["gflops"]);
+  EXPECT_NEAR(rows[1]["vs_float"].get<double>(),
+              rows[1]["gflops"].get<double>() / rows[0]["gflops"].get<double>(), 1e-9);
 }
 
 }  // namespace

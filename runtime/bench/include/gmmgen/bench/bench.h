@@ -1,6 +1,7 @@
 // gmm-gen bench (DESIGN §5, §10): times a kernel side by side with a per-group baseline in one
 // run, checks it, and reports GFLOP/s, the ratio to the baseline and the fraction of the
-// machine's measured FMA peak.
+// machine's measured FMA peak. Quantized kernels (DESIGN §7) run on random floats quantized by
+// the library's absmax quantizers; their baseline runs on the dequantized operands.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +36,44 @@ struct Shape {
 Shape standard_shape(const std::string& name, Op op, DType lhs, DType rhs, DType out);
 std::vector<std::string> standard_shape_names();
 
+// ---- Quantized rows -----------------------------------------------------------------------------
+
+// The lhs and rhs dtypes and scale schemes of a quantized problem (gmm-gen bench --quant).
+struct QuantPreset {
+  std::string name;  // as given: a preset name or LHS[@SCHEME]/RHS[@SCHEME]
+  DType lhs = DType::kBF16, rhs = DType::kI8;
+  Quant lhs_quant, rhs_quant;
+};
+
+// The named presets, in the order of the `default` set:
+//   bf16-fp8-block     bf16 x f8e4m3 block:128x128      bf16-int8-channel  bf16 x i8 channel
+//   bf16-int4-block    bf16 x i4 block:128              bf16-nf4-block     bf16 x nf4 block:64
+//   bf16-t2-channel    bf16 x t2 channel                f32-int8-channel   f32 x i8 channel
+//   fp8-block          f8e4m3 block:128 x f8e4m3 block:128x128 (block FP8)
+//   int8-channel       i8 channel x i8 channel
+const std::vector<QuantPreset>& quant_presets();
+
+// A --quant value: `default` (every named preset) or a comma list of preset names and of
+// LHS[@SCHEME]/RHS[@SCHEME] pairs (dtype and scheme as in specs, e.g. bf16/i4@block:128,
+// i8@block:128/i8@channel). Each must make a valid gmm spec with a quantized operand. Throws
+// InvalidArgument naming --quant, the item and the rule; duplicates are dropped.
+std::vector<QuantPreset> parse_quant_set(const std::string& text);
+
+// A spec with the preset's dtypes and schemes (tiling recomputed by the heuristic).
+KernelSpec with_quant(const KernelSpec& spec, const QuantPreset& p);
+
+// Whether either operand of the spec holds codes (i8, i4, nf4, t2, fp8).
+bool is_quantized(const KernelSpec& spec);
+
+// The float dtype a quantized problem's activations are computed in: bf16 when lhs is bf16, else
+// f32 (integer, fp8, f16 and f32 lhs). The baseline runs on both operands dequantized to it, and
+// `vs float` compares with gmm-gen's kernel on it.
+DType activation_dtype(const KernelSpec& spec);
+
+// The float problem a quantized spec is compared with: both operands in activation_dtype, no
+// scales, the same output and layouts, the heuristic tiling.
+KernelSpec float_counterpart(const KernelSpec& spec);
+
 enum class BaselineKind { kOneDnn, kOpenBlas, kNone };
 BaselineKind parse_baseline(const std::string& name);  // onednn | openblas | none
 std::string to_string(BaselineKind k);
@@ -63,11 +102,19 @@ struct Options {
 
 struct Row {
   std::string shape, op, lhs, rhs, out, kernel;
+  std::string lhs_quant, rhs_quant;  // scale schemes ("none" for float operands)
+  bool quantized = false;            // an operand holds codes (DESIGN §7)
   int64_t m = 0, k = 0, n = 0, g = 0;
   double flops = 0;  // 2 * rows in groups * K * N
   double ms = 0, gflops = 0;
   std::string baseline;
+  // The dtype the baseline's operands have: the spec's for float rows; for quantized rows the
+  // activation dtype, both operands dequantized to it (outside the timing).
+  std::string baseline_dtype;
   double baseline_ms = 0, baseline_gflops = 0, ratio = 0;
+  // Quantized rows: GFLOP/s over those of gmm-gen's kernel of float_counterpart(spec) on the same
+  // workload (filled in by the caller that timed both; 0 when unknown or either failed).
+  double float_gflops = 0, vs_float = 0;
   double peak_gflops = 0, peak_fraction = 0;
   bool ok = true;  // the output matched the float64 reference (sampled) and the baseline
   std::string failure;
@@ -75,7 +122,12 @@ struct Row {
 };
 
 // Runs one spec on one workload: the kernel (through the runtime, compiled or cached) and the
-// baseline, each warmed up, then timed `reps` times; both outputs are checked.
+// baseline, each warmed up, then timed `reps` times; both outputs are checked against a float64
+// reference on sampled elements. Quantized operands: uniform [-1, 1) floats quantized by
+// gmmgen::quantize (absmax, the spec's scheme), the scales passed in gmmgen_args; the reference
+// is the exact decoded value times its scale, within the checker's quantized bound (DESIGN §7,
+// gmmgen/verify/checker.h); the baseline runs on gmmgen::dequantize's values rounded to
+// activation_dtype and is checked against the float64 product of exactly those values.
 Row run(Runtime& rt, const KernelSpec& spec, const Workload& work, const Options& o,
         const Machine& machine);
 
