@@ -1,12 +1,13 @@
 // moe_example: runs the MoE layer forward and backward through the gmm-gen runtime and prints
 // tokens/s and GFLOP/s (median of --iters timed runs after one warm-up run).
 //   moe_example [--tokens T] [--d-model D] [--d-ff F] [--experts E] [--top-k K]
-//               [--unmerged] [--iters N]
+//               [--unmerged] [--quant none|fp8-block|int8-channel] [--iters N]
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <random>
+#include <string>
 
 #include "moe_layer.h"
 
@@ -21,9 +22,15 @@ int main(int argc, char** argv) {
   app.add_option("--experts", c.experts, "experts E")->check(CLI::PositiveNumber);
   app.add_option("--top-k", c.top_k, "experts per token")->check(CLI::PositiveNumber);
   app.add_flag("--unmerged", unmerged, "two gmms for w0 and w1 instead of one merged w0|w1");
+  std::string quant = "none";
+  app.add_option("--quant", quant,
+                 "expert products: none (f32), fp8-block (e4m3 1x128 activations, 128x128 "
+                 "weights, e5m2 gradients), int8-channel (i8 per row x i8 per column)")
+      ->check(CLI::IsMember({"none", "fp8-block", "int8-channel"}));
   app.add_option("--iters", iters, "timed iterations")->check(CLI::PositiveNumber);
   CLI11_PARSE(app, argc, argv);
   c.merged = !unmerged;
+  c.quant = moe::parse_quant(quant);
   if (c.top_k > c.experts) {
     std::fprintf(stderr, "--top-k=%lld must not exceed --experts=%lld\n", (long long)c.top_k,
                  (long long)c.experts);
@@ -55,9 +62,10 @@ int main(int argc, char** argv) {
     return v[v.size() / 2];
   };
   const double f = median(fwd), b = median(bwd);
-  std::printf("MoE layer: T=%lld D=%lld F=%lld E=%lld top-k=%lld %s, %d threads\n",
+  std::printf("MoE layer: T=%lld D=%lld F=%lld E=%lld top-k=%lld %s, quant %s, %d threads\n",
               (long long)c.tokens, (long long)c.d_model, (long long)c.d_ff, (long long)c.experts,
-              (long long)c.top_k, c.merged ? "merged w0|w1" : "separate w0, w1", rt.num_threads());
+              (long long)c.top_k, c.merged ? "merged w0|w1" : "separate w0, w1",
+              moe::to_string(c.quant), rt.num_threads());
   std::printf("forward : %8.2f ms  %10.0f tokens/s  %7.2f GFLOP/s\n", f * 1e3, double(c.tokens) / f,
               layer.forward_flops() / f * 1e-9);
   std::printf("backward: %8.2f ms  %10.0f tokens/s  %7.2f GFLOP/s\n", b * 1e3, double(c.tokens) / b,

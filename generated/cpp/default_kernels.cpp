@@ -2,38 +2,38 @@
 // Bundle: default_kernels: every kernel of one spec set in one translation unit, and a table of
 // their entry points for registries (gmmgen_kernel_entry, see gmmgen/kernel_abi.h).
 #include "default_kernels.h"
-#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_252ba328.cpp"
-#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_21724c9b.cpp"
-#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_92e31a53.cpp"
-#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_e273e010.cpp"
-#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_d155bcd1.cpp"
-#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_8bc092e3.cpp"
-#include "tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_a81954ab.cpp"
-#include "tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_070ad2a8.cpp"
-#include "gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_2e7d4ba6.cpp"
-#include "tgmm_f8e4m3xf8e5m2_f32_k512_n768_g8_t256x96x128_qlblock128_qrblock128_4a1c414b.cpp"
-#include "gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_0a9ab240.cpp"
-#include "gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_18ff630a.cpp"
-#include "gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_20371404.cpp"
-#include "gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_3c302ec2.cpp"
+#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_4a4990d2.cpp"
+#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_c586e1e6.cpp"
+#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_0e53c8fd.cpp"
+#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_f8a65bf8.cpp"
+#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_82d2f3a5.cpp"
+#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_edf6e02f.cpp"
+#include "tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_84a4a1b1.cpp"
+#include "tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_bdb4e71e.cpp"
+#include "gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_9a2cb1b7.cpp"
+#include "tgmm_f8e4m3xf8e5m2_f32_k512_n768_g8_t256x96x128_qlblock128_qrblock128_6c862e04.cpp"
+#include "gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_74e5204c.cpp"
+#include "gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_33fb29e7.cpp"
+#include "gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_c26e541a.cpp"
+#include "gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_bc1aeb54.cpp"
 
 extern "C" {
 
 const gmmgen_kernel_entry default_kernels_kernels[] = {
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_252ba328),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_21724c9b),
-    GMMGEN_KERNEL_ENTRY(gmm_f32xf32_f32_k256_n384_g16_t32x128x64_92e31a53),
-    GMMGEN_KERNEL_ENTRY(gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_e273e010),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_d155bcd1),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_8bc092e3),
-    GMMGEN_KERNEL_ENTRY(tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_a81954ab),
-    GMMGEN_KERNEL_ENTRY(tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_070ad2a8),
-    GMMGEN_KERNEL_ENTRY(gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_2e7d4ba6),
-    GMMGEN_KERNEL_ENTRY(tgmm_f8e4m3xf8e5m2_f32_k512_n768_g8_t256x96x128_qlblock128_qrblock128_4a1c414b),
-    GMMGEN_KERNEL_ENTRY(gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_0a9ab240),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_18ff630a),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_20371404),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_3c302ec2),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_4a4990d2),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_c586e1e6),
+    GMMGEN_KERNEL_ENTRY(gmm_f32xf32_f32_k256_n384_g16_t32x128x64_0e53c8fd),
+    GMMGEN_KERNEL_ENTRY(gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_f8a65bf8),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_82d2f3a5),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_edf6e02f),
+    GMMGEN_KERNEL_ENTRY(tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_84a4a1b1),
+    GMMGEN_KERNEL_ENTRY(tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_bdb4e71e),
+    GMMGEN_KERNEL_ENTRY(gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_9a2cb1b7),
+    GMMGEN_KERNEL_ENTRY(tgmm_f8e4m3xf8e5m2_f32_k512_n768_g8_t256x96x128_qlblock128_qrblock128_6c862e04),
+    GMMGEN_KERNEL_ENTRY(gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_74e5204c),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_33fb29e7),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_c26e541a),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_bc1aeb54),
 };
 const int32_t default_kernels_kernel_count = 14;
 

@@ -1,5 +1,8 @@
 // gmm-gen verify: emit, compile, and check kernels against the float64 reference.
+#include <fcntl.h>
+#include <spawn.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,14 +12,18 @@
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 
 #include "commands.h"
 #include "dispatch/kernel_entry.h"
 #include "gmmgen/emit.h"
 #include "gmmgen/heuristics.h"
+#include "gmmgen/templates.h"
 #include "gmmgen/verify/checker.h"
 #include "jit/toolchain.h"
+
+extern char** environ;
 
 namespace gmmgen::cli {
 namespace {
@@ -90,16 +97,82 @@ bool host_runs(Isa isa) {
   return rank(isa) >= rank(cap);
 }
 
+// Exit status of verify when nothing could be checked: every kernel asked for is a Pallas module
+// and no Python with JAX was found (the checker's own "skipped" status too).
+constexpr int kExitSkipped = 77;
+
+// Runs argv (argv[0] looked up in PATH) with this process's stdout and stderr, or with both sent
+// to /dev/null, and returns its exit status (128 + signal; -1 if it could not be started).
+int run_child(const std::vector<std::string>& argv, bool quiet) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  if (quiet) {
+    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
+    posix_spawn_file_actions_adddup2(&actions, 1, 2);
+  }
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid;
+  const int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
+  posix_spawn_file_actions_destroy(&actions);
+  if (rc != 0) return -1;
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0)
+    if (errno != EINTR) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// A Python that imports JAX and Pallas's TPU API: $GMMGEN_PYTHON if set, else python3 (PATH),
+// else /usr/bin/python3; "" if none does.
+std::string python_with_jax() {
+  std::vector<std::string> candidates{"python3", "/usr/bin/python3"};
+  if (const char* p = std::getenv("GMMGEN_PYTHON"); p && *p) candidates = {p};
+  for (const auto& py : candidates)
+    if (run_child({py, "-c", "import jax, jax.experimental.pallas.tpu"}, true) == 0) return py;
+  return "";
+}
+
+// The Pallas modules of an emitted folder, checked in TPU interpret mode by
+// tests/pallas/check_pallas.py (embedded in gmm-gen). Returns 0 (all passed), 1 (a mismatch or
+// an error) or kExitSkipped (no Python with JAX).
+int verify_pallas(const fs::path& dir, size_t count, uint64_t seed, bool quick) {
+  const std::string python = python_with_jax();
+  if (python.empty()) {
+    std::printf(
+        "%zu Pallas module%s not run: no Python with JAX found (set GMMGEN_PYTHON to one)\n", count,
+        count == 1 ? "" : "s");
+    return kExitSkipped;
+  }
+  const fs::path checker = dir / "check_pallas.py";
+  std::ofstream(checker, std::ios::binary) << embedded_file("pallas/check_pallas.py");
+  std::vector<std::string> argv{python, checker.string(), dir.string(), "--seed",
+                                std::to_string(seed)};
+  if (quick) argv.push_back("--quick");
+  std::printf("Pallas modules: %s\n", format_command(argv).c_str());
+  const int rc = run_child(argv, false);
+  if (rc == 0 || rc == 1 || rc == kExitSkipped) return rc;
+  std::printf("check_pallas.py failed (exit status %d)\n", rc);
+  return 1;
+}
+
 int run_verify(const std::vector<KernelSpec>& specs, uint64_t seed, bool quick) {
   for (const auto& s : specs) validate(s);
   const TempDir dir;
   write_files(dir.path, emit_set(specs));
   const fs::path src = dir.path / std::string(target_of(TargetKind::kCpp).name());
 
-  std::printf("%-64s %6s %12s %10s %8s %s\n", "kernel", "cases", "worst rel", "bound use",
-              "compile", "result");
+  std::vector<KernelSpec> cpp;
+  for (const auto& s : specs)
+    if (s.target == TargetKind::kCpp) cpp.push_back(s);
+  const size_t pallas = specs.size() - cpp.size();
   int failures = 0, skipped = 0;
-  for (const auto& spec : specs) {
+  if (!cpp.empty())
+    std::printf("%-64s %6s %12s %10s %8s %s\n", "kernel", "cases", "worst rel", "bound use",
+                "compile", "result");
+  for (const auto& spec : cpp) {
     const std::string name = kernel_name(spec);
     const auto t0 = std::chrono::steady_clock::now();
     const fs::path so = dir.path / (name + ".so");
@@ -135,10 +208,16 @@ int run_verify(const std::vector<KernelSpec>& specs, uint64_t seed, bool quick) 
     }
     std::fflush(stdout);
   }
-  std::printf("%zu kernels verified, %d mismatched", specs.size() - size_t(skipped), failures);
-  if (skipped) std::printf(", %d compiled but not run (the host lacks their ISA family)", skipped);
-  std::printf("\n");
-  return failures ? 1 : 0;
+  if (!cpp.empty()) {
+    std::printf("%zu kernels verified, %d mismatched", cpp.size() - size_t(skipped), failures);
+    if (skipped)
+      std::printf(", %d compiled but not run (the host lacks their ISA family)", skipped);
+    std::printf("\n");
+  }
+  const int pallas_rc = pallas ? verify_pallas(dir.path, pallas, seed, quick) : 0;
+  if (failures || pallas_rc == 1) return 1;
+  // Skipped only when nothing at all was checked; C++ kernels that ran count as a verification.
+  return pallas_rc == kExitSkipped && cpp.empty() ? kExitSkipped : 0;
 }
 
 }  // namespace
@@ -162,9 +241,30 @@ Command add_verify(CLI::App& app) {
       "groups, random), prints the worst relative error and exits 1 on any mismatch. Kernels of\n"
       "an ISA family this CPU cannot run are compiled but not run: 'skipped: host lacks <isa>'\n"
       "(exit 0 if the rest pass; GMMGEN_ASSUME_ISA=<isa> caps the families treated as runnable).\n"
+      "Pallas modules (target=pallas) run in TPU interpret mode through a Python with JAX\n"
+      "($GMMGEN_PYTHON, else python3): tests/pallas/check_pallas.py, built into gmm-gen. Without\n"
+      "one they are not run; if nothing at all ran, the exit status is 77 (skipped).\n"
+      "--target T beside --spec/--spec-file selects the kernels of one target.\n"
       "Works in a fresh mkdtemp folder under $TMPDIR, which no other user may be able to change.\n"
-      "Example:\n  gmm-gen verify --spec-file generated/specs.json");
-  return {cmd, [o] { return run_verify(o->specs.specs(), o->seed, o->quick); }};
+      "Example:\n  gmm-gen verify --spec-file generated/specs.json\n"
+      "  gmm-gen verify --target pallas --spec-file generated/specs.json");
+  return {cmd, [o] {
+            // `--target T` alone beside --spec/--spec-file selects the kernels of target T.
+            SpecOptions selection = o->specs;
+            std::string only;
+            if (selection.flags.size() == 1 && selection.flags[0].first == "target" &&
+                (!selection.files.empty() || !selection.texts.empty())) {
+              KernelSpec probe;
+              set_field(spec_field("target"), probe, selection.flags[0].second);
+              only = selection.flags[0].second;
+              selection.flags.clear();
+            }
+            std::vector<KernelSpec> specs;
+            for (const auto& s : selection.specs())
+              if (only.empty() || to_string(s.target) == only) specs.push_back(s);
+            if (specs.empty()) throw SpecError("no spec of target=" + only + " given");
+            return run_verify(specs, o->seed, o->quick);
+          }};
 }
 
 }  // namespace gmmgen::cli

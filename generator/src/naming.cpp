@@ -124,6 +124,12 @@ ParsedName parse_kernel_name(std::string_view name) {
     }
     if (!matched) bad("'" + std::string(part) + "' names no spec field");
   }
+  // Optional fields the name leaves out have their default, which may derive from the others
+  // (the VJP tilings of a Pallas gmm: the heuristic's for its K and N).
+  for (size_t i = 0; i < spec_fields().size(); ++i) {
+    const SpecField& f = spec_fields()[i];
+    if (!in_head(f) && !seen[i] && f.derive) f.derive(s);
+  }
   return r;
 }
 

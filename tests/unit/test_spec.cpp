@@ -88,7 +88,7 @@ TEST(Spec, NameIsReadableAndParses) {
     EXPECT_EQ(x, p.spec) << name_stem(x);
     EXPECT_EQ("0123abcd", p.hash8);
   }
-  EXPECT_EQ("tgmm_f32xf32_f32_k8_n8_g3_t256x8x8_km_pallas",
+  EXPECT_EQ("tgmm_f32xf32_f32_k8_n8_g3_t128x8x8_km_pallas",
             name_stem(parse_text("op=tgmm,lhs=f32,rhs=f32,out=f32,k=8,n=8,g=3,lhs_layout=km,"
                                  "target=pallas")));
   for (const char* bad :
@@ -136,11 +136,11 @@ TEST(Spec, ValidationNamesParameterAndRule) {
       {"k=8,n=8,g=4,lhs_layout=km", "lhs_layout=km applies to op=tgmm only"},
       {"k=8,n=8,g=4,op=tgmm,out_mode=existing_out", "out_mode=existing_out: tgmm writes every"},
       {"k=8,n=8,g=4,op=tgmm,out_mode=existing_out", "use out_mode=accumulate"},
-      {"k=8,n=8,g=4,op=tgmm,target=pallas", "not supported yet: target=pallas"},
+      {"k=8,n=8,g=4,op=tgmm,target=pallas,lhs_layout=km,tm=64", "tm=64 must be a multiple of 128"},
       {"k=65536,n=65536,g=4,op=tgmm", "overflows the 2^31 element limit of one out operand"},
       // gmm's scratch for this tiling is about 1 MiB; tgmm's lhs chunk [tm][tk] adds 16 MiB.
       {"k=2048,n=8,g=4,op=tgmm,tm=2048,tk=2048,tn=8", "bytes of scratch per thread, above"},
-      {"k=8,n=8,g=4,target=pallas", "not supported yet: target=pallas"},
+      {"k=8,n=8,g=4,lhs=f16,target=pallas", "not supported yet for target=pallas: lhs=f16"},
       {"k=8,n=8,g=4,lhs=f8e4m3,rhs=i4,rhs_quant=block:16,target=pallas", "not supported yet"},
       {"k=65536,n=65536,g=4", "overflows"},
   };

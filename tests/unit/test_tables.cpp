@@ -37,6 +37,9 @@ std::string other_value(std::string_view key) {
                                                          {"tm", "17"},
                                                          {"tk", "33"},
                                                          {"tn", "9"},
+                                                         // VJP tilings exist in Pallas gmm specs
+                                                         {"dlhs_tiling", "8x128x64,target=pallas"},
+                                                         {"drhs_tiling", "16x64x128,target=pallas"},
                                                          {"transpose_rhs", "1"},
                                                          {"lhs_layout", "km"},
                                                          {"out_mode", "accumulate"},

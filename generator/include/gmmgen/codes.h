@@ -13,24 +13,15 @@
 
 namespace gmmgen::codes {
 
-// The 16 NormalFloat levels of nf4, code 0..15 (QLoRA's NF4: quantiles of N(0, 1) scaled to
-// [-1, 1], with an exact zero at code 7). Stored as f32; the kernels use the same f32 values.
-inline constexpr float kNf4Levels[16] = {-1.0f,
-                                         -0.6961928009986877f,
-                                         -0.5250730514526367f,
-                                         -0.39491748809814453f,
-                                         -0.28444138169288635f,
-                                         -0.18477343022823334f,
-                                         -0.09105003625154495f,
-                                         0.0f,
-                                         0.07958029955625534f,
-                                         0.16093020141124725f,
-                                         0.24611230194568634f,
-                                         0.33791524171829224f,
-                                         0.44070982933044434f,
-                                         0.5626170039176941f,
-                                         0.7229568362236023f,
-                                         1.0f};
+// The 16 NormalFloat levels of nf4, code 0..15: QLoRA's NF4 levels (quantiles of N(0, 1) scaled
+// to [-1, 1], an exact zero at code 7) rounded to bf16, so that every nf4 value is a bf16 value
+// and nf4 x bf16 products run on the bf16 pair dot product exactly. Rounding moves a level by at
+// most 0.31% (code 2: -0.52507 -> -0.52344), a tenth of what bf16 compute after dequantization
+// (bitsandbytes, the seeds) already rounds each weight by, and far inside the gaps between levels.
+inline constexpr float kNf4Levels[16] = {
+    -1.0f,          -0.6953125f, -0.5234375f,    -0.39453125f,  -0.28515625f, -0.1845703125f,
+    -0.0908203125f, 0.0f,        0.07958984375f, 0.1611328125f, 0.24609375f,  0.337890625f,
+    0.44140625f,    0.5625f,     0.72265625f,    1.0f};
 
 // Elements per byte: 1 for 8-bit codes, 2 for i4/nf4 (element 2j in the low nibble), 4 for t2
 // (element 4j in the lowest two bits). Packing runs along the operand's contiguous axis.

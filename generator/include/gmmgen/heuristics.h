@@ -38,6 +38,9 @@ struct IsaFamily {
   // contiguous scratch: pays when the register tile has enough FMAs per depth step to hide a TLB
   // miss per row (AVX-512 6x64: S1 203 vs 189 GFLOP/s on Zen 4; AVX2 6x16 copies: S3 142 vs 104).
   bool tgmm_in_place;
+  // How its kernels decode quantized codes (templates/cpp/quant/decode_*.inc): table lookups in
+  // registers (AVX-512BW), gathers from the value table (AVX2), or scalar code.
+  std::string_view qdecode;
 };
 
 // Every concrete family, best first (generic last). Not native: native is resolved where the
@@ -101,5 +104,22 @@ struct Cost {
   Affine bytes;  // operand reads + output writes, each element once
 };
 Cost cost_estimate(const KernelSpec& s);
+
+// ---- Pallas target on TPU (src/heuristics/pallas_tpu.cpp) -------------------------------------
+
+// Mosaic's block rule: the last two dimensions of every block are multiples of 8 (sublanes) and
+// 128 (lanes), or equal to the array's dimensions.
+inline constexpr int64_t kTpuSublanes = 8;
+inline constexpr int64_t kTpuLanes = 128;
+// VMEM one Pallas kernel may use: Mosaic's default scoped VMEM limit on TPU v4 and v5e.
+inline constexpr int64_t kMaxVmemBytes = int64_t{16} << 20;
+
+// Default tiling of a Pallas kernel for `op` with contraction size k and n output columns
+// (default_tiling() of a target=pallas spec; also the VJP kernels' default tilings).
+Tiling pallas_default_tiling(Op op, int64_t k, int64_t n);
+// VMEM of a Pallas kernel (a spec of its own problem): its double-buffered blocks plus its f32
+// accumulator tile (pallas_acc_bytes, the kernel's scratch).
+int64_t pallas_vmem_bytes(const KernelSpec& s);
+int64_t pallas_acc_bytes(const KernelSpec& s);
 
 }  // namespace gmmgen

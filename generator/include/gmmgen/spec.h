@@ -63,6 +63,11 @@ struct KernelSpec {
   int64_t g = 0;
   int64_t g_local = 0;  // 0 while parsing means "same as g"; canonical specs always set it
   Tiling tiling;
+  // target=pallas, op=gmm only: the tilings of the differentiable gmm's backward kernels, in
+  // their own problems' terms (dlhs: gmm of dout [M, N] and rhs, contracting N; drhs: tgmm of
+  // lhs and dout). {0, 0, 0} (and left out of the canonical forms) for every other spec.
+  Tiling dlhs_tiling{0, 0, 0};
+  Tiling drhs_tiling{0, 0, 0};
   bool transpose_rhs = false;
   LhsLayout lhs_layout = LhsLayout::kMK;
   OutMode out_mode = OutMode::kPlain;
@@ -100,6 +105,11 @@ struct SpecField {
   // otherwise computed from the other fields (called after every given key is set).
   void (*derive)(KernelSpec&);
   bool required;  // a spec without this key is an error
+  // Fields that only some specs have (e.g. the VJP tilings of Pallas gmm modules): whether s has
+  // it, and which specs do, for messages. A spec without the field leaves it out of its text and
+  // JSON forms and keeps its default; validate() rejects another value. nullptr: every spec.
+  bool (*applies)(const KernelSpec& s) = nullptr;
+  std::string_view applies_to = {};
 };
 
 // Every field, in canonical order.

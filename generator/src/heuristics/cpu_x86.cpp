@@ -27,13 +27,14 @@ const std::array<IsaFamily, 4> kFamilies{{
      "defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && "
      "defined(__AVX512VL__) && defined(__AVX512BF16__) && defined(__AVX512VNNI__) && "
      "defined(__FMA__) && defined(__F16C__)",
-     "cpp/ukernel/avx512bf16.inc", 16, 6, 64, true, true},
+     "cpp/ukernel/avx512bf16.inc", 16, 6, 64, true, true, "cpp/quant/decode_avx512.inc"},
     {Isa::kAvx512, "avx512", "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c", kAvx512Guard,
-     "cpp/ukernel/avx512.inc", 16, 6, 64, false, true},
+     "cpp/ukernel/avx512.inc", 16, 6, 64, false, true, "cpp/quant/decode_avx512.inc"},
     {Isa::kAvx2, "avx2", "avx2,fma,f16c",
      "defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)", "cpp/ukernel/avx2.inc", 8, 6, 16,
-     false, false},
-    {Isa::kGeneric, "generic", "", "1", "cpp/ukernel/generic.inc", 1, 4, 16, false, false},
+     false, false, "cpp/quant/decode_avx2.inc"},
+    {Isa::kGeneric, "generic", "", "1", "cpp/ukernel/generic.inc", 1, 4, 16, false, false,
+     "cpp/quant/decode_generic.inc"},
 }};
 
 struct CpuFeatures {
@@ -114,6 +115,7 @@ Isa host_isa() {
 // 233). tgmm: an item is a [tk x tn] tile of one group's output, summed over the group's rows tm
 // at a time (both operands' chunks stay in L2).
 Tiling default_tiling(const KernelSpec& s) {
+  if (s.target == TargetKind::kPallas) return pallas_default_tiling(s.op, s.k, s.n);
   Tiling t;
   if (s.op == Op::kTgmm) {
     t.tm = 256;
@@ -153,12 +155,17 @@ int64_t scratch_bytes(const KernelSpec& s, const IsaFamily& f) {
     floats = tm * cols + (tk + 1) / 2 * 2 * cols + f.mr * tk;
   }
   // Quantized operands (templates/cpp/quant/): the partial product of the current scale block,
-  // in f32 and in i32, beside the accumulators.
+  // in f32 and in i32, beside the accumulators; gmm also stages one panel of decoded codes
+  // [tk'][nr] and keeps its lhs rows at even length [mr][tk'].
   if (codes::is_quantized(s.lhs) || codes::is_quantized(s.rhs)) {
     const bool t = s.transpose_rhs;
     const int64_t acc = s.op == Op::kTgmm ? (t ? tn : tk) * packed_cols(t ? tk : tn, f.nr)
                                           : tm * packed_cols(tn, f.nr);
-    floats += 2 * acc;
+    // Each array starts on a cache line: up to 15 floats of padding after each of 6, and 16 for
+    // an unused i32 partial.
+    floats += 2 * acc + 16 + 6 * 15;
+    // gmm: one staged panel [tk'][nr], lhs rows of even length, the block's rhs scales [tn'].
+    if (s.op == Op::kGmm) floats += (tk + 1) / 2 * 2 * f.nr + f.mr + packed_cols(tn, f.nr);
   }
   return (floats * 4 + 63) / 64 * 64;
 }

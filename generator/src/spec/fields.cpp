@@ -41,11 +41,63 @@ void derive_tn(KernelSpec& s) {
   s.tiling.tn = default_tiling(s).tn;
 }
 
+// The VJP tilings belong to Pallas gmm modules, whose differentiable gmm carries the dlhs and
+// drhs kernels (DESIGN.md §8); each defaults to the target's heuristic for its own problem.
+bool has_vjp_tilings(const KernelSpec& s) {
+  return s.target == TargetKind::kPallas && s.op == Op::kGmm;
+}
+void derive_dlhs_tiling(KernelSpec& s) {
+  // dlhs = gmm(dout [M, N], rhs read transposed): contracts over N, writes K columns.
+  s.dlhs_tiling = has_vjp_tilings(s) ? pallas_default_tiling(Op::kGmm, s.n, s.k) : Tiling{0, 0, 0};
+}
+void derive_drhs_tiling(KernelSpec& s) {
+  // drhs = tgmm(lhs [M, K], dout [M, N]): a [K, N] product per group.
+  s.drhs_tiling = has_vjp_tilings(s) ? pallas_default_tiling(Op::kTgmm, s.k, s.n) : Tiling{0, 0, 0};
+}
+
+// A tiling triple TMxTKxTN, as in kernel names (t128x128x128).
+std::string tiling_text(const void* v) {
+  const Tiling& t = *static_cast<const Tiling*>(v);
+  return std::to_string(t.tm) + "x" + std::to_string(t.tk) + "x" + std::to_string(t.tn);
+}
+// Three decimal integers separated by 'x'; false for anything else.
+bool parse_tiling(std::string_view text, Tiling& t) {
+  int64_t parts[3];
+  for (int i = 0; i < 3; ++i) {
+    const size_t end = i < 2 ? text.find('x') : text.size();
+    if (end == std::string_view::npos || end == 0) return false;
+    const auto [p, ec] = std::from_chars(text.data(), text.data() + end, parts[i]);
+    if (ec != std::errc() || p != text.data() + end) return false;
+    text.remove_prefix(i < 2 ? end + 1 : end);
+  }
+  t = Tiling{parts[0], parts[1], parts[2]};
+  return true;
+}
+const FieldCodec tiling_codec{
+    tiling_text,
+    [](void* v, std::string_view text, std::string_view key) {
+      if (!parse_tiling(text, *static_cast<Tiling*>(v)))
+        throw SpecError(std::string(key) + "=" + quote_value(text) +
+                        " is not a tiling TMxTKxTN (e.g. 128x128x128)");
+    },
+    [](const void* v) {
+      const Tiling& t = *static_cast<const Tiling*>(v);
+      return (uint64_t(t.tm) * 1000003u + uint64_t(t.tk)) * 1000003u + uint64_t(t.tn);
+    },
+    [](const void* a, const void* b) {
+      return *static_cast<const Tiling*>(a) == *static_cast<const Tiling*>(b);
+    },
+    [](const void* v) { return nlohmann::ordered_json(tiling_text(v)); },
+    tiling_text,
+    [](void* v, std::string_view token) { return parse_tiling(token, *static_cast<Tiling*>(v)); },
+    [](std::string_view) { return std::string(); },
+    nlohmann::json::value_t::string};
+
 using R = FieldRole;
 
 // key, flag, values ("" for an enum: its codec lists them), default, doc, role, name sep, name
 // prefix, optional in names, codec, member, derive, required.
-const std::array<SpecField, 18> kFields{{
+const std::array<SpecField, 20> kFields{{
     {"op", "--op", "", "gmm", "the operation: forward/input gradient or weight gradient",
      R::kProblem, "", "", false, &enum_codec<Op>, member_of<&KernelSpec::op>, nullptr, false},
     {"lhs", "--lhs", "", "bf16", "lhs element type", R::kProblem, "_", "", false,
@@ -75,6 +127,14 @@ const std::array<SpecField, 18> kFields{{
      &int_codec, tk_of, derive_tk, false},
     {"tn", "--tn", "1..8192", "heuristic", "columns per tile", R::kTiling, "x", "", false,
      &int_codec, tn_of, derive_tn, false},
+    {"dlhs_tiling", "--dlhs-tiling", "TMxTKxTN (target=pallas, op=gmm)", "heuristic",
+     "tiling of the differentiable gmm's dlhs kernel (contracts over N, K columns)", R::kTiling,
+     "_", "dl", true, &tiling_codec, member_of<&KernelSpec::dlhs_tiling>, derive_dlhs_tiling, false,
+     has_vjp_tilings, "op=gmm with target=pallas"},
+    {"drhs_tiling", "--drhs-tiling", "TMxTKxTN (target=pallas, op=gmm)", "heuristic",
+     "tiling of the differentiable gmm's drhs kernel (a tgmm: contracts over M)", R::kTiling, "_",
+     "dr", true, &tiling_codec, member_of<&KernelSpec::drhs_tiling>, derive_drhs_tiling, false,
+     has_vjp_tilings, "op=gmm with target=pallas"},
     {"transpose_rhs", "--transpose-rhs", "0, 1", "0",
      "gmm: rhs stored [G_local, N, K]; tgmm: out stored [G_local, N, K]", R::kProblem, "_", "tr",
      true, &bool_codec, member_of<&KernelSpec::transpose_rhs>, nullptr, false},
@@ -243,6 +303,7 @@ bool SameProblem::operator()(const KernelSpec& a, const KernelSpec& b) const {
 std::string to_text(const KernelSpec& s) {
   std::string out;
   for (const auto& f : kFields) {
+    if (f.applies && !f.applies(s)) continue;  // a field this spec does not have
     if (!out.empty()) out += ',';
     out += f.key;
     out += '=';
@@ -273,7 +334,8 @@ KernelSpec parse_text(std::string_view text) {
 
 nlohmann::ordered_json to_json(const KernelSpec& s) {
   nlohmann::ordered_json j = nlohmann::ordered_json::object();
-  for (const auto& f : kFields) j[std::string(f.key)] = f.codec->json(cmember(f, s));
+  for (const auto& f : kFields)
+    if (!f.applies || f.applies(s)) j[std::string(f.key)] = f.codec->json(cmember(f, s));
   return j;
 }
 

@@ -132,6 +132,12 @@ void validate(const KernelSpec& s) {
         "preserve; to add the product to existing_out (gradient accumulation) use "
         "out_mode=accumulate");
 
+  // Fields only some specs have (the field table says which): any other spec keeps the default.
+  for (const SpecField& f : spec_fields())
+    if (f.applies && !f.applies(s) && !field_is_default(f, s))
+      fail(std::string(f.key) + "=" + field_text(f, s) + " applies to " +
+           std::string(f.applies_to) + " only");
+
   // Valid: can its target build it? (Limits of the target's kernels, or "not supported yet".)
   target_of(s.target).check(s);
 }

@@ -6,6 +6,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 
 #include "gmmgen/codes.h"
 #include "gmmgen/heuristics.h"
@@ -60,6 +61,20 @@ std::string float_literal(float v) {
   return buf;
 }
 
+// Whether every value of dtype d is a bf16 value (bf16 itself, fp8, i8, i4, t2; not nf4's levels
+// or f16/f32), so that products with bf16 operands can use the pair dot product exactly.
+bool bf16_exact(DType d) {
+  if (d == DType::kBF16) return true;
+  if (!codes::is_quantized(d)) return false;
+  for (int c = 0; c < (1 << dtype_info(d).bits); ++c) {
+    const float v = codes::decode(d, uint8_t(c));
+    uint32_t u;
+    std::memcpy(&u, &v, 4);
+    if (u & 0xffffu) return false;
+  }
+  return true;
+}
+
 // The context of a quantized dtype's traits (cpp/dtypes/quant.inc): the value of every code,
 // from gmmgen/codes.h, so that kernels decode by table exactly as the host does.
 mu::data quant_context(const DTypeInfo& d, mu::data ctx) {
@@ -74,18 +89,36 @@ mu::data quant_context(const DTypeInfo& d, mu::data ctx) {
   ctx.set("per_byte", std::to_string(codes::elements_per_byte(d.id)));
   ctx.set("codes", std::to_string(codes_count));
   ctx.set("qmax", float_literal(float(codes::qmax(d.id))));
-  mu::data values{mu::data::type::list};
-  for (int c = 0; c < codes_count; ++c)
-    values.push_back(mu::object{{"v", float_literal(codes::decode(d.id, uint8_t(c)))}});
+  mu::data values{mu::data::type::list}, bf16{mu::data::type::list};
+  // The bf16 bit pattern of every code (round to nearest even), padded with zeros to 32 entries
+  // so that one 512-bit table register holds a sub-byte dtype's table.
+  for (int c = 0; c < std::max(codes_count, 32); ++c) {
+    const float v = c < codes_count ? codes::decode(d.id, uint8_t(c)) : 0.0f;
+    uint32_t u;
+    std::memcpy(&u, &v, 4);
+    const uint32_t rounded = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+    if (c < codes_count) values.push_back(mu::object{{"v", float_literal(v)}});
+    char hex[8];
+    std::snprintf(hex, sizeof hex, "0x%04x", unsigned(rounded));
+    bf16.push_back(mu::object{{"b", std::string(hex)}});
+  }
   ctx.set("values", values);
+  ctx.set("bf16_bits", bf16);
+  ctx.set("bf16_count", std::to_string(std::max(codes_count, 32)));
+  ctx.set("bf16_exact", bf16_exact(d.id) ? "true" : "false");
   return ctx;
 }
 
-// The dtype partials a kernel needs, once each, after the shared helpers.
+bool quant_kernel(const KernelSpec& s) {
+  return codes::is_quantized(s.lhs) || codes::is_quantized(s.rhs);
+}
+
+// The dtype partials a kernel needs (f32 always for quantized kernels: codes decode to f32), once
+// each, after the shared helpers.
 std::string render_dtypes(const KernelSpec& s, Renderer& r, const mu::data& ctx) {
   std::string text = r.render("cpp/dtypes/common.inc", ctx);
   for (const auto& d : dtype_table())
-    if (s.lhs == d.id || s.rhs == d.id || s.out == d.id)
+    if (s.lhs == d.id || s.rhs == d.id || s.out == d.id || (d.id == DType::kF32 && quant_kernel(s)))
       text += codes::is_quantized(d.id)
                   ? r.render("cpp/dtypes/quant.inc", quant_context(d, ctx))
                   : r.render("cpp/dtypes/" + std::string(d.name) + ".inc", ctx);
@@ -110,8 +143,14 @@ mu::data family_context(const KernelSpec& s, const IsaFamily& f, size_t index, s
   ctx.set("vecs", vecs);
   const bool pairs =
       f.bf16_dot && s.op == Op::kGmm && s.lhs == DType::kBF16 && s.rhs == DType::kBF16;
-  ctx.set("bf16_dot", mu::data(pairs));
+  // Quantized gmm whose operands are all bf16 values (and whose k-blocks start on a pair) decodes
+  // codes to bf16 and takes the pair dot product too.
+  const bool qpairs = f.bf16_dot && s.op == Op::kGmm && quant_kernel(s) && bf16_exact(s.lhs) &&
+                      bf16_exact(s.rhs) && (run_tiling(s).tk % 2 == 0 || run_tiling(s).tk >= s.k);
+  ctx.set("bf16_dot", mu::data(pairs || qpairs));
   ctx.set("pairs", mu::data(pairs));
+  ctx.set("qpairs", mu::data(qpairs));
+  if (quant_kernel(s)) ctx.set("qdecode", r.render(f.qdecode, ctx));
   ctx.set("scratch_bytes", std::to_string(scratch_bytes(s, f)));
   ctx.set("prefetch_spread_tiles", std::to_string(kPrefetchSpreadTiles));
   ctx.set("tgmm_in_place", f.tgmm_in_place ? "true" : "false");
@@ -219,7 +258,8 @@ class CppTarget final : public Target {
     ctx.set("intrinsics", mu::data(s.isa == Isa::kNative || isa_family(s.isa).vec > 1));
     for (const auto& d : dtype_table())
       ctx.set("uses_" + std::string(d.name),
-              mu::data(s.lhs == d.id || s.rhs == d.id || s.out == d.id));
+              mu::data(s.lhs == d.id || s.rhs == d.id || s.out == d.id ||
+                       (d.id == DType::kF32 && quant_kernel(s))));
     ctx.set("dtypes", render_dtypes(s, r, ctx));
     ctx.set("families", families_context(s, r, ctx));
     r.file(kAbiHeader);  // the source includes it: part of what the kernel is made of

@@ -19,6 +19,7 @@
 
 #include "gmmgen/errors.hpp"
 #include "gmmgen/kernel_abi.h"
+#include "gmmgen/quantize.hpp"
 #include "gmmgen/spec.h"
 
 namespace gmmgen {
@@ -75,10 +76,35 @@ struct VjpTiling {
   std::optional<Tiling> forward, dlhs, drhs;
 };
 
+// The backward of a quantized forward (DESIGN.md §7; seeds 000 and 004). With a forward
+// out = gmm(lhs codes 1xB, rhs codes) the products are
+//   dlhs = gmm(dout quantized 1xB along N, rhs codes read transposed: the same codes, the same
+//          scale array), drhs = tgmm(lhs codes Bx1 along M, dout quantized Bx1 along M),
+// dout being dual-quantized by the runtime in one pass (quantize_dual). gmm_vjp's `lhs` is then
+// the activation as tgmm reads it: the column-wise half of quantize_dual (or any f32/bf16
+// activation, e.g. dequantized codes, with scheme none).
+struct QuantVjp {
+  // lhs scales as tgmm reads them (gmmgen/kernel_abi.h "Scales", tgmm lhs): block:B along M
+  // [ceil(M/B), K] (quantize_dual's col_scales), tensor, channel [K], or none.
+  Scales lhs_scales;
+  // The forward's rhs scales, exactly as given to gmm. tensor and block:BxC are read
+  // transposed as they are (block:BxC then serves as block:CxB: the same array and ld);
+  // channel ([G_local, N]: one scale per column of N, the contraction axis of dlhs) is folded
+  // into dout (dout'[r, n] = dout[r, n] * s[group of r, n]) and the codes are read with a
+  // tensor scale of 1; block:B (1-D blocks along K, a scale per K-block and column) has no
+  // transposed reading and is rejected.
+  Scales rhs_scales;
+  // dout's codes (f8e5m2, or f8e4m3); nullopt: dout stays f32 (no gradient quantization).
+  std::optional<DType> grad_dtype = DType::kF8E5M2;
+  int64_t grad_block = 128;  // B of dout's 1xB (dlhs) and Bx1 (drhs) blocks
+  Calibration grad_calibration;
+};
+
 struct GmmVjpOptions {
   bool transpose_rhs = false;  // as in the forward: rhs is [G_local, N, K]
   int32_t group_offset = 0;
   VjpTiling tiling;
+  std::optional<QuantVjp> quant;  // a quantized forward (above); dout must then be f32
 };
 
 struct RuntimeOptions {
@@ -127,7 +153,9 @@ class Runtime {
 
   // Backward of out = gmm(lhs, rhs): dlhs = gmm(dout, rhs, transpose_rhs = !t) [M, K] and
   // drhs = tgmm(lhs, dout) [G_local, K, N] (or [G_local, N, K] when t), with no transposed
-  // copy of any operand. dlhs rows outside the active groups are zero.
+  // copy of any operand. dlhs rows outside the active groups are zero. With options.quant, the
+  // backward of a quantized forward (QuantVjp): every argument, dout's values and the scales
+  // the products read are checked before the runtime allocates dout's codes.
   void gmm_vjp(const TensorView& dout, const TensorView& lhs, const TensorView& rhs,
                std::span<const int32_t> group_sizes, const TensorView& dlhs, const TensorView& drhs,
                const GmmVjpOptions& options = {});

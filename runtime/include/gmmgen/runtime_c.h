@@ -34,12 +34,25 @@ typedef struct gmmgen_tensor {
   int64_t ld;
 } gmmgen_tensor;
 
+/* The scales of a quantized operand (DESIGN.md §7), laid out as "Scales" in gmmgen/kernel_abi.h
+ * says: scheme as in specs ("tensor", "channel", "block:B", "block:BxC"; NULL, "" or "none": no
+ * scales, data NULL), f32 data (finite and > 0 where read), ld floats between rows (0: packed).
+ * All zeros: no scales. An operand of dtype i8, i4, nf4 or t2 needs scales; fp8 may have them. */
+typedef struct gmmgen_scales {
+  const char* scheme;
+  const float* data;
+  int64_t ld;
+} gmmgen_scales;
+
+/* Options structs: all zeros (e.g. `gmmgen_gmm_options o = {0};`) are the defaults. */
 typedef struct gmmgen_gmm_options {
   int32_t transpose_rhs;             /* rhs is [G_local, N, K] */
   int32_t group_offset;              /* first active group */
   int32_t accumulate;                /* with existing_out: active rows add existing_out */
   int32_t tm, tk, tn;                /* tiling; 0 = the heuristic */
   const gmmgen_tensor* existing_out; /* NULL, or [M, N]; may alias out */
+  gmmgen_scales lhs_scales;          /* lhs: tensor [1], channel [M], block:B [M, ceil(K/B)] */
+  gmmgen_scales rhs_scales;          /* rhs: tensor, channel [G_local, N], block:B, block:BxC */
 } gmmgen_gmm_options;
 
 typedef struct gmmgen_tgmm_options {
@@ -48,12 +61,32 @@ typedef struct gmmgen_tgmm_options {
   int32_t transpose_out;             /* out is [G_local, N, K] */
   int32_t tm, tk, tn;                /* tiling; 0 = the heuristic */
   const gmmgen_tensor* existing_out; /* NULL, or shaped like out: out = existing_out + product */
+  gmmgen_scales lhs_scales; /* tensor, channel [K], block:B [ceil(M/B), K] (global row blocks) */
+  gmmgen_scales rhs_scales; /* tensor, channel [N], block:B [ceil(M/B), N] */
 } gmmgen_tgmm_options;
+
+/* The backward of a quantized forward (C++: gmmgen::QuantVjp in gmmgen/runtime.hpp):
+ * dlhs = gmm(dout quantized 1xB along N, rhs codes read transposed with the same scales),
+ * drhs = tgmm(lhs codes Bx1 along M, dout quantized Bx1 along M); the runtime dual-quantizes
+ * dout (f32) itself. gmmgen_runtime_gmm_vjp's lhs is the activation as tgmm reads it: the
+ * column-wise codes of gmmgen_quantize_dual (or f32/bf16 values with no scales). */
+typedef struct gmmgen_vjp_quant {
+  gmmgen_scales lhs_scales;     /* lhs as drhs reads it: block:B [ceil(M/B), K] (quantize_dual's
+                                   col_scales), tensor, channel [K], or none */
+  gmmgen_scales rhs_scales;     /* the forward's rhs scales as given to gmmgen_runtime_gmm: tensor,
+                                   block:BxC (read transposed as they are), channel (folded into
+                                   dout; the codes then read with scale 1) or none */
+  const char* grad_dtype;       /* dout's codes: NULL or "" = "f8e5m2" (the default), "f8e4m3", or
+                                   "none" (dout stays f32) */
+  int64_t grad_block;           /* B of dout's 1xB and Bx1 blocks; 0 = 128 */
+  const char* grad_calibration; /* NULL or "" = "absmax", or "fixed:LO:HI" */
+} gmmgen_vjp_quant;
 
 typedef struct gmmgen_vjp_options {
   int32_t transpose_rhs; /* as in the forward */
   int32_t group_offset;
-  int32_t tiling[9]; /* (tm, tk, tn) of the forward, dlhs and drhs; 0s = the heuristic */
+  int32_t tiling[9];             /* (tm, tk, tn) of the forward, dlhs and drhs; 0s = heuristic */
+  const gmmgen_vjp_quant* quant; /* NULL: an unquantized forward */
 } gmmgen_vjp_options;
 
 typedef struct gmmgen_runtime_stats {

@@ -4,6 +4,9 @@
 #include <optional>
 #include <span>
 
+#include "gmmgen/codes.h"
+#include "gmmgen/heuristics.h"
+#include "gmmgen/quantize.hpp"
 #include "gmmgen/runtime.hpp"
 #include "gmmgen/runtime_c.h"
 
@@ -67,6 +70,46 @@ std::span<const int32_t> groups(const int32_t* group_sizes, int32_t num_groups) 
   return {group_sizes, size_t(num_groups)};
 }
 
+// A gmmgen_scales of options field `field` (e.g. "options.rhs_scales"); `operand` (a view
+// already checked) decides whether scales are needed.
+gmmgen::Scales scales(const gmmgen_scales& s, const std::string& field,
+                      const gmmgen::TensorView* operand) {
+  gmmgen::Scales out;
+  if (s.scheme && *s.scheme) {
+    try {
+      out.scheme = gmmgen::parse_quant_scheme(s.scheme);
+    } catch (const std::invalid_argument& e) {  // "scheme=... <rule>"
+      throw gmmgen::InvalidArgument(field + "." + e.what());
+    }
+  }
+  // The spec's block rule, checked here so that the message names the field (block_n is 0 for
+  // 1-D blocks).
+  const gmmgen::Quant& q = out.scheme;
+  auto bad_block = [](int64_t b) { return b < 16 || b > gmmgen::kMaxTile || (b & (b - 1)) != 0; };
+  if (q.kind == gmmgen::QuantKind::kBlock &&
+      (bad_block(q.block_k) || (q.block_n && bad_block(q.block_n))))
+    throw gmmgen::InvalidArgument(field + ".scheme=" + gmmgen::to_string(q) + ": block size " +
+                                  std::to_string(bad_block(q.block_k) ? q.block_k : q.block_n) +
+                                  " must be a power of two in [16, " +
+                                  std::to_string(gmmgen::kMaxTile) + "]");
+  out.data = s.data, out.ld = s.ld;
+  const bool none = out.scheme.kind == gmmgen::QuantKind::kNone;
+  if (none && s.data)
+    throw gmmgen::InvalidArgument(field + ".data must be NULL: " + field +
+                                  ".scheme is none (set it to the scales' scheme)");
+  if (!none && !s.data)
+    throw gmmgen::InvalidArgument(field + ".data is NULL: scheme " + gmmgen::to_string(out.scheme) +
+                                  " needs scales");
+  if (s.ld < 0)
+    throw gmmgen::InvalidArgument(field + ".ld=" + std::to_string(s.ld) +
+                                  " must be >= 0 (0 means packed)");
+  if (none && operand && gmmgen::codes::needs_scales(operand->dtype))
+    throw gmmgen::InvalidArgument(field + ".scheme is none, but dtype " +
+                                  std::string(gmmgen::to_string(operand->dtype)) +
+                                  " holds codes that need scales (tensor, channel, block:B)");
+  return out;
+}
+
 std::optional<gmmgen::Tiling> tiling(int32_t tm, int32_t tk, int32_t tn) {
   if (!tm && !tk && !tn) return std::nullopt;
   return gmmgen::Tiling{tm, tk, tn};
@@ -93,19 +136,22 @@ int gmmgen_runtime_gmm(gmmgen_runtime* runtime, const gmmgen_tensor* lhs, const 
   return guarded(err, err_len, [&] {
     if (!runtime) throw gmmgen::InvalidArgument("runtime is NULL");
     const auto sizes = groups(group_sizes, num_groups);
+    const gmmgen::TensorView l = view(lhs, "lhs"), r = view(rhs, "rhs"), y = view(out, "out");
     gmmgen::GmmOptions o;
     gmmgen::TensorView existing;
-    if (options) {
-      o.transpose_rhs = options->transpose_rhs != 0;
-      o.group_offset = options->group_offset;
-      o.accumulate = options->accumulate != 0;
-      o.tiling = tiling(options->tm, options->tk, options->tn);
-      if (options->existing_out) {
-        existing = view(options->existing_out, "existing_out");
-        o.existing_out = &existing;
-      }
+    const gmmgen_gmm_options none{};
+    if (!options) options = &none;
+    o.transpose_rhs = options->transpose_rhs != 0;
+    o.group_offset = options->group_offset;
+    o.accumulate = options->accumulate != 0;
+    o.tiling = tiling(options->tm, options->tk, options->tn);
+    if (options->existing_out) {
+      existing = view(options->existing_out, "existing_out");
+      o.existing_out = &existing;
     }
-    runtime->rt.gmm(view(lhs, "lhs"), view(rhs, "rhs"), sizes, view(out, "out"), o);
+    o.lhs_scales = scales(options->lhs_scales, "options.lhs_scales", &l);
+    o.rhs_scales = scales(options->rhs_scales, "options.rhs_scales", &r);
+    runtime->rt.gmm(l, r, sizes, y, o);
   });
 }
 
@@ -115,19 +161,22 @@ int gmmgen_runtime_tgmm(gmmgen_runtime* runtime, const gmmgen_tensor* lhs, const
   return guarded(err, err_len, [&] {
     if (!runtime) throw gmmgen::InvalidArgument("runtime is NULL");
     const auto sizes = groups(group_sizes, num_groups);
+    const gmmgen::TensorView l = view(lhs, "lhs"), r = view(rhs, "rhs"), y = view(out, "out");
     gmmgen::TgmmOptions o;
     gmmgen::TensorView existing;
-    if (options) {
-      o.group_offset = options->group_offset;
-      o.lhs_transposed = options->lhs_transposed != 0;
-      o.transpose_out = options->transpose_out != 0;
-      o.tiling = tiling(options->tm, options->tk, options->tn);
-      if (options->existing_out) {
-        existing = view(options->existing_out, "existing_out");
-        o.existing_out = &existing;
-      }
+    const gmmgen_tgmm_options none{};
+    if (!options) options = &none;
+    o.group_offset = options->group_offset;
+    o.lhs_transposed = options->lhs_transposed != 0;
+    o.transpose_out = options->transpose_out != 0;
+    o.tiling = tiling(options->tm, options->tk, options->tn);
+    if (options->existing_out) {
+      existing = view(options->existing_out, "existing_out");
+      o.existing_out = &existing;
     }
-    runtime->rt.tgmm(view(lhs, "lhs"), view(rhs, "rhs"), sizes, view(out, "out"), o);
+    o.lhs_scales = scales(options->lhs_scales, "options.lhs_scales", &l);
+    o.rhs_scales = scales(options->rhs_scales, "options.rhs_scales", &r);
+    runtime->rt.tgmm(l, r, sizes, y, o);
   });
 }
 
@@ -139,15 +188,33 @@ int gmmgen_runtime_gmm_vjp(gmmgen_runtime* runtime, const gmmgen_tensor* dout,
   return guarded(err, err_len, [&] {
     if (!runtime) throw gmmgen::InvalidArgument("runtime is NULL");
     const auto sizes = groups(group_sizes, num_groups);
+    const gmmgen::TensorView d = view(dout, "dout"), l = view(lhs, "lhs"), r = view(rhs, "rhs");
     gmmgen::GmmVjpOptions o;
     if (options) {
       o.transpose_rhs = options->transpose_rhs != 0;
       o.group_offset = options->group_offset;
       const int32_t* t = options->tiling;
       o.tiling = {tiling(t[0], t[1], t[2]), tiling(t[3], t[4], t[5]), tiling(t[6], t[7], t[8])};
+      if (const gmmgen_vjp_quant* q = options->quant) {
+        gmmgen::QuantVjp& v = o.quant.emplace();
+        v.lhs_scales = scales(q->lhs_scales, "options.quant.lhs_scales", &l);
+        v.rhs_scales = scales(q->rhs_scales, "options.quant.rhs_scales", &r);
+        const std::string g = q->grad_dtype ? q->grad_dtype : "";
+        if (g == "none")
+          v.grad_dtype.reset();
+        else if (!g.empty())
+          v.grad_dtype = gmmgen::parse_dtype(g, "options.quant.grad_dtype");
+        if (q->grad_block != 0) v.grad_block = q->grad_block;
+        if (q->grad_calibration && *q->grad_calibration) {
+          try {
+            v.grad_calibration = gmmgen::parse_calibration(q->grad_calibration);
+          } catch (const std::invalid_argument& e) {  // "calibration=... <rule>"
+            throw gmmgen::InvalidArgument(std::string("options.quant.grad_") + e.what());
+          }
+        }
+      }
     }
-    runtime->rt.gmm_vjp(view(dout, "dout"), view(lhs, "lhs"), view(rhs, "rhs"), sizes,
-                        view(dlhs, "dlhs"), view(drhs, "drhs"), o);
+    runtime->rt.gmm_vjp(d, l, r, sizes, view(dlhs, "dlhs"), view(drhs, "drhs"), o);
   });
 }
 

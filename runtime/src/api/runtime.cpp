@@ -1,8 +1,11 @@
 #include "gmmgen/runtime.hpp"
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <mutex>
 #include <shared_mutex>
 #include <thread>
@@ -12,7 +15,9 @@
 #include "dispatch/registry.h"
 #include "dispatch/select.h"
 #include "exec/thread_pool.h"
+#include "gmmgen/codes.h"
 #include "gmmgen/emit.h"
+#include "gmmgen/heuristics.h"
 #include "gmmgen/templates.h"
 #include "jit/jit_cache.h"
 
@@ -420,14 +425,257 @@ void Runtime::tgmm(const TensorView& lhs, const TensorView& rhs,
                    o.lhs_scales, o.rhs_scales));
 }
 
+namespace {
+
+// ---- The backward of a quantized forward (QuantVjp) --------------------------------------------
+// Everything below runs before the runtime allocates dout's codes: the kernels check the same
+// rules again when they plan, but by then the scratch would exist.
+
+std::string quant_name(const Quant& q) {
+  return to_string(q);
+}
+
+// [begin, end) of the bytes an array spans; empty when it has no elements.
+struct Range {
+  uintptr_t begin, end;
+};
+bool overlap(Range a, Range b) {
+  return a.begin < a.end && b.begin < b.end && a.begin < b.end && b.begin < a.end;
+}
+// A view's bytes (its sizes were checked by check_view: no overflow).
+Range byte_range(const TensorView& v) {
+  const uintptr_t b = reinterpret_cast<uintptr_t>(v.data);
+  int64_t rows = 1;
+  for (int i = 0; i + 1 < v.ndim; ++i) rows *= v.shape[i];
+  const int64_t row = v.ndim > 0 ? v.shape[v.ndim - 1] : 0;
+  if (!v.data || rows == 0 || row == 0) return {b, b};
+  const int64_t elems = (rows - 1) * std::max(v.ld, row) + row;
+  return {b, b + uintptr_t((elems * bits_of(v.dtype) + 7) / 8)};
+}
+// `rows` rows of `row` floats, `ld` apart (a scale array: a few floats per block of an operand
+// whose extent check_view bounded, so no overflow either).
+Range float_range(const float* p, int64_t rows, int64_t row, int64_t ld) {
+  const uintptr_t b = reinterpret_cast<uintptr_t>(p);
+  if (!p || rows == 0 || row == 0) return {b, b};
+  return {b, b + uintptr_t(((rows - 1) * ld + row) * int64_t(sizeof(float)))};
+}
+
+// group_offset and group_sizes, by the rules every kernel applies (gmmgen/kernel_abi.h).
+void check_group_rows(std::span<const int32_t> sizes, int32_t offset, int64_t g_local, int64_t m) {
+  const int64_t g = int64_t(sizes.size());
+  if (offset < 0 || offset > g - g_local)
+    throw InvalidArgument("group_offset=" + std::to_string(offset) +
+                          " must be in [0, G - G_local] = [0, " + std::to_string(g - g_local) +
+                          "]");
+  int64_t total = 0;
+  for (int64_t i = 0; i < g; ++i) {
+    if (sizes[size_t(i)] < 0)
+      throw InvalidArgument("group_sizes[" + std::to_string(i) +
+                            "]=" + std::to_string(sizes[size_t(i)]) + " is negative");
+    total += sizes[size_t(i)];
+  }
+  if (total > m)
+    throw InvalidArgument("sum(group_sizes)=" + std::to_string(total) +
+                          " exceeds M=" + std::to_string(m));
+}
+
+// Calls fn(j, first_row, end_row) for each local group j that has rows.
+template <class F>
+void for_each_active_group(std::span<const int32_t> sizes, int32_t offset, int64_t g_local,
+                           F&& fn) {
+  int64_t start = 0;
+  for (int32_t i = 0; i < offset; ++i) start += sizes[size_t(i)];
+  for (int64_t j = 0; j < g_local; ++j) {
+    const int64_t rows = sizes[size_t(offset + j)];
+    if (rows > 0) fn(j, start, start + rows);
+    start += rows;
+  }
+}
+
+// Presence, alignment and leading dimension of a scale array of `rows` rows of `row` floats.
+void check_scale_array(const std::string& name, const Scales& s, int64_t rows, int64_t row) {
+  if (s.scheme.kind == QuantKind::kNone) {
+    if (s.data) throw InvalidArgument(name + ".data must be NULL: its scheme is none");
+    return;
+  }
+  if (!s.data) throw InvalidArgument(name + ".data is NULL: its scheme is " + quant_name(s.scheme));
+  if (reinterpret_cast<uintptr_t>(s.data) % alignof(float))
+    throw InvalidArgument(name + ".data is not 4-byte aligned");
+  if (s.ld < 0 || (s.ld != 0 && s.ld < row))
+    throw InvalidArgument(name + ".ld=" + std::to_string(s.ld) +
+                          " must be 0 (packed) or >= " + std::to_string(row) +
+                          ", the row length of " + quant_name(s.scheme) + " scales");
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(rows - 1, s.ld ? s.ld : row, &bytes) ||
+      __builtin_add_overflow(bytes, row, &bytes) || __builtin_mul_overflow(bytes, 4, &bytes) ||
+      uintptr_t(bytes) > UINTPTR_MAX - reinterpret_cast<uintptr_t>(s.data))
+    throw InvalidArgument(name + ".ld=" + std::to_string(s.ld) +
+                          " makes the scales span more than the address space");
+}
+
+void check_scale_value(const std::string& name, const float* data, int64_t i) {
+  const float v = data[i];
+  if (!(v > 0.0f && v <= std::numeric_limits<float>::max()))
+    throw InvalidArgument(name + "[" + std::to_string(i) + "]=" + std::to_string(v) +
+                          ": a scale must be finite and > 0");
+}
+
+// QuantVjp::lhs_scales, as drhs's tgmm reads them (lhs [M, K], blocks of global rows along M):
+// the scales of the rows of active groups with rows. Returns the bytes the array spans.
+Range check_vjp_lhs_scales(const QuantVjp& q, std::span<const int32_t> sizes, int32_t offset,
+                           int64_t g_local, int64_t m, int64_t k) {
+  const std::string name = "quant.lhs_scales";
+  const Scales& s = q.lhs_scales;
+  const Quant& sc = s.scheme;
+  const int64_t b = sc.kind == QuantKind::kBlock ? sc.block_k : 0;
+  if (sc.kind == QuantKind::kBlock && b <= 0)  // the spec's rules were checked; no division by 0
+    throw InvalidArgument(name + "=" + quant_name(sc) + ": the block size must be positive");
+  const int64_t row = sc.kind == QuantKind::kTensor ? 1 : k;
+  const int64_t rows = b ? (m + b - 1) / b : 1;
+  check_scale_array(name, s, rows, row);
+  if (sc.kind == QuantKind::kNone) return {0, 0};
+  const int64_t ld = s.ld ? s.ld : row;
+  for_each_active_group(sizes, offset, g_local, [&](int64_t, int64_t begin, int64_t end) {
+    for (int64_t r = begin; r < end; r = b ? (r / b + 1) * b : end)
+      for (int64_t c = 0; c < row; ++c) check_scale_value(name, s.data, (b ? r / b : 0) * ld + c);
+  });
+  return float_range(s.data, rows, row, ld);
+}
+
+// QuantVjp::rhs_scales, laid out as the forward's gmm reads them: the scales of every expert
+// that has rows.
+void check_vjp_rhs_scales(const QuantVjp& q, std::span<const int32_t> sizes, int32_t offset,
+                          int64_t g_local, int64_t k, int64_t n, bool transpose_rhs) {
+  const std::string name = "quant.rhs_scales";
+  const Scales& s = q.rhs_scales;
+  const Quant& sc = s.scheme;
+  int64_t rows_per_expert = 1, row = 1;
+  if (sc.kind == QuantKind::kChannel) row = n;
+  if (sc.kind == QuantKind::kBlock) {
+    if (sc.block_k <= 0)  // the spec's rules were checked; no division by 0
+      throw InvalidArgument(name + "=" + quant_name(sc) + ": the block sizes must be positive");
+    const int64_t kb = (k + sc.block_k - 1) / sc.block_k, nb = (n + sc.block_n - 1) / sc.block_n;
+    rows_per_expert = transpose_rhs ? nb : kb;
+    row = transpose_rhs ? kb : nb;
+  }
+  check_scale_array(name, s, sc.kind == QuantKind::kTensor ? 1 : g_local * rows_per_expert, row);
+  if (sc.kind == QuantKind::kNone) return;
+  const int64_t ld = s.ld ? s.ld : row;
+  for_each_active_group(sizes, offset, g_local, [&](int64_t j, int64_t, int64_t) {
+    if (sc.kind == QuantKind::kTensor) return check_scale_value(name, s.data, 0);
+    const int64_t first = sc.kind == QuantKind::kChannel ? j : j * rows_per_expert;
+    for (int64_t y = first; y < first + rows_per_expert; ++y)
+      for (int64_t c = 0; c < row; ++c) check_scale_value(name, s.data, y * ld + c);
+  });
+}
+
+// The schemes QuantVjp can serve (before any spec is built from them).
+void check_vjp_schemes(const QuantVjp& q) {
+  const Quant& l = q.lhs_scales.scheme;
+  if (l.kind == QuantKind::kBlock && l.block_n != 0)
+    throw InvalidArgument("quant.lhs_scales=" + quant_name(l) +
+                          ": drhs's tgmm reads lhs in Bx1 blocks along M (block:B); block:BxC "
+                          "is for gmm's rhs only");
+  const Quant& r = q.rhs_scales.scheme;
+  if (r.kind == QuantKind::kBlock && r.block_n == 0)
+    throw InvalidArgument("quant.rhs_scales=" + quant_name(r) +
+                          ": 1-D blocks along K (one scale per K-block and column) cannot be "
+                          "read transposed for dlhs nor folded into dout; quantize the weights "
+                          "with block:BxC, channel or tensor");
+}
+
+void check_grad_quant(const QuantVjp& q) {
+  if (!q.grad_dtype) return;
+  const DType d = *q.grad_dtype;
+  if (d != DType::kF8E5M2 && d != DType::kF8E4M3)
+    throw InvalidArgument(
+        "quant.grad_dtype=" +
+        (int(d) >= 0 && int(d) < kNumDTypes ? std::string(to_string(d)) : std::to_string(int(d))) +
+        " must be f8e5m2, f8e4m3 or none (dout stays f32)");
+  const int64_t b = q.grad_block;
+  if (b < 16 || b > kMaxTile || (b & (b - 1)) != 0)
+    throw InvalidArgument("quant.grad_block=" + std::to_string(b) +
+                          " must be a power of two in [16, " + std::to_string(kMaxTile) + "]");
+  const Calibration& c = q.grad_calibration;
+  if (c.kind == Calibration::Kind::kAbsmax) return;
+  const std::string what = "quant.grad_calibration=" + to_string(c);
+  if (c.kind != Calibration::Kind::kFixed)
+    throw InvalidArgument("quant.grad_calibration: kind " + std::to_string(int(c.kind)) +
+                          " is not absmax or fixed");
+  if (!std::isfinite(c.lo) || !std::isfinite(c.hi))
+    throw InvalidArgument(what + ": lo and hi must be finite");
+  if (!(c.lo < c.hi)) throw InvalidArgument(what + ": lo < hi required");
+  if (std::max(std::fabs(c.lo), std::fabs(c.hi)) / codes::qmax(d) >
+      double(std::numeric_limits<float>::max()))
+    throw InvalidArgument(what + ": the scale max(|lo|, |hi|) / qmax overflows f32");
+}
+
+void check_finite_dout(const TensorView& dout) {
+  const float* p = static_cast<const float*>(dout.data);
+  const int64_t m = dout.shape[0], n = dout.shape[1], ld = dout.ld ? dout.ld : n;
+  for (int64_t r = 0; r < m; ++r)
+    for (int64_t c = 0; c < n; ++c)
+      if (!std::isfinite(p[r * ld + c]))
+        throw InvalidArgument("dout[" + std::to_string(r) + ", " + std::to_string(c) +
+                              "]=" + std::to_string(p[r * ld + c]) +
+                              " is not finite: the runtime quantizes dout (quant.grad_dtype)");
+}
+
+// The scratch of a quantized backward, per thread and reused: dout's codes and scales, and dout
+// with the weights' channel scales folded in.
+struct VjpScratch {
+  std::vector<uint8_t> row_codes, col_codes;
+  std::vector<float> row_scales, col_scales, folded;
+};
+
+// Grows v to at least n elements (never shrinks, so a warm path does not allocate).
+template <class T>
+T* at_least(std::vector<T>& v, int64_t n) {
+  if (v.size() < size_t(n)) v.resize(size_t(n));
+  return v.data();
+}
+
+}  // namespace
+
 void Runtime::gmm_vjp(const TensorView& dout, const TensorView& lhs, const TensorView& rhs,
                       std::span<const int32_t> group_sizes, const TensorView& dlhs,
                       const TensorView& drhs, const GmmVjpOptions& o) {
-  // dout must have the forward output's shape.
+  if (!o.quant)
+    for (auto [name, v] : {std::pair{"lhs", &lhs}, std::pair{"rhs", &rhs}})
+      if (int(v->dtype) >= 0 && int(v->dtype) < kNumDTypes && codes::needs_scales(v->dtype))
+        throw InvalidArgument(std::string(name) + " dtype " + std::string(to_string(v->dtype)) +
+                              " holds codes that need scales: pass GmmVjpOptions::quant (the "
+                              "backward of a quantized forward) with them");
+  // dout must have the forward output's shape (checked on shapes alone: the forward's dtypes
+  // and scales are not this call's business).
   GmmOptions fwd;
   fwd.transpose_rhs = o.transpose_rhs;
   fwd.group_offset = o.group_offset;
-  gmm_spec(lhs, rhs, group_sizes, dout, fwd);
+  if (!o.quant) {
+    gmm_spec(lhs, rhs, group_sizes, dout, fwd);
+  } else {
+    TensorView l = lhs, r = rhs, d = dout;
+    l.dtype = r.dtype = d.dtype = DType::kF32;
+    gmm_spec(l, r, group_sizes, d, fwd);
+  }
+  if (o.quant && drhs.shape != rhs.shape)
+    throw InvalidArgument("drhs " + shape_of(drhs) + " must have rhs's shape " + shape_of(rhs));
+
+  const QuantVjp* q = o.quant ? &*o.quant : nullptr;
+  const int64_t m = dout.shape[0], n = dout.shape[1], k = lhs.shape[1], g_local = rhs.shape[0];
+  const bool quant_grad = q && q->grad_dtype.has_value();
+  const bool fold = q && q->rhs_scales.scheme.kind == QuantKind::kChannel;
+  const int64_t gb = quant_grad ? q->grad_block : 0;
+  static const float kOne = 1.0f;  // the weights' scale once their channel scales are in dout
+  if (q) {
+    check_vjp_schemes(*q);
+    check_grad_quant(*q);
+    if ((quant_grad || fold) && dout.dtype != DType::kF32)
+      throw InvalidArgument(
+          "dout dtype " + std::string(to_string(dout.dtype)) + " must be f32: the runtime " +
+          (quant_grad ? "quantizes dout" : "folds the weights' scales into dout"));
+  }
+
   // Both specs are built (and their kernels found) before either output is written.
   GmmOptions dl;
   dl.transpose_rhs = !o.transpose_rhs;
@@ -437,14 +685,110 @@ void Runtime::gmm_vjp(const TensorView& dout, const TensorView& lhs, const Tenso
   dr.group_offset = o.group_offset;
   dr.transpose_out = o.transpose_rhs;
   dr.tiling = o.tiling.drhs;
-  const gmmgen_kernel_entry& k_dlhs =
-      impl_->dispatch(gmm_spec(dout, rhs, group_sizes, dlhs, dl), dl.tiling.has_value());
-  const gmmgen_kernel_entry& k_drhs =
-      impl_->dispatch(tgmm_spec(lhs, dout, group_sizes, drhs, dr), dr.tiling.has_value());
-  const gmmgen_args a_dlhs =
-      make_args(dout, rhs, group_sizes, dlhs, o.group_offset, nullptr, dout.shape[0]);
-  const gmmgen_args a_drhs =
-      make_args(lhs, dout, group_sizes, drhs, o.group_offset, nullptr, dout.shape[0]);
+  TensorView dq_row = dout, dq_col = dout;  // dout as dlhs and drhs read it
+  if (q) {
+    const Quant grad{QuantKind::kBlock, gb, 0};
+    if (quant_grad) {
+      dq_row = TensorView::matrix(nullptr, *q->grad_dtype, m, n);
+      dq_col = dq_row;
+      dl.lhs_scales.scheme = dr.rhs_scales.scheme = grad;
+    } else if (fold) {
+      dq_row = TensorView::matrix(nullptr, DType::kF32, m, n);
+    }
+    // The weights as dlhs reads them: block:BxC read transposed is block:CxB on the same array
+    // (kernel_abi.h: the transposed layout swaps both the axes and the block sizes).
+    dl.rhs_scales = q->rhs_scales;
+    if (q->rhs_scales.scheme.kind == QuantKind::kBlock)
+      dl.rhs_scales.scheme = {QuantKind::kBlock, q->rhs_scales.scheme.block_n,
+                              q->rhs_scales.scheme.block_k};
+    if (fold) dl.rhs_scales = {{QuantKind::kTensor, 0, 0}, &kOne, 0};
+    dr.lhs_scales = q->lhs_scales;
+  }
+  auto find = [&](const char* what, auto&& make_spec,
+                  bool overridden) -> const gmmgen_kernel_entry& {
+    try {
+      return impl_->dispatch(make_spec(), overridden);
+    } catch (const SpecError& e) {
+      throw SpecError(std::string(what) + ": " + e.what());
+    }
+  };
+  const gmmgen_kernel_entry& k_dlhs = find(
+      "dlhs = gmm(dout, rhs read transposed)",
+      [&] { return gmm_spec(dq_row, rhs, group_sizes, dlhs, dl); }, dl.tiling.has_value());
+  const gmmgen_kernel_entry& k_drhs = find(
+      "drhs = tgmm(lhs, dout)", [&] { return tgmm_spec(lhs, dq_col, group_sizes, drhs, dr); },
+      dr.tiling.has_value());
+
+  Range lhs_scales_range{0, 0};
+  if (q) {
+    // The values the runtime reads itself or hands to the kernels, before any scratch exists.
+    check_group_rows(group_sizes, o.group_offset, g_local, m);
+    lhs_scales_range = check_vjp_lhs_scales(*q, group_sizes, o.group_offset, g_local, m, k);
+    check_vjp_rhs_scales(*q, group_sizes, o.group_offset, g_local,
+                         o.transpose_rhs ? rhs.shape[2] : rhs.shape[1], n, o.transpose_rhs);
+    if ((quant_grad || fold) && m > 0 && !dout.data) throw InvalidArgument("dout is NULL");
+    if (quant_grad) check_finite_dout(dout);
+  }
+  // dlhs is written before drhs's tgmm reads lhs (and its scales): they must not share memory.
+  if (overlap(byte_range(dlhs), byte_range(lhs)))
+    throw InvalidArgument("dlhs overlaps lhs: drhs reads lhs after dlhs is written");
+  if (overlap(byte_range(dlhs), lhs_scales_range))
+    throw InvalidArgument("dlhs overlaps quant.lhs_scales: drhs reads them after dlhs is written");
+
+  thread_local VjpScratch scratch;
+  if (q && (quant_grad || fold) && m > 0 && n > 0) {
+    const float* src = static_cast<const float*>(dout.data);
+    const int64_t src_ld = dout.ld ? dout.ld : n;
+    const float* row_src = src;  // what dlhs reads: dout, or dout with the channel scales in
+    int64_t row_ld = src_ld;
+    if (fold) {
+      float* f = at_least(scratch.folded, m * n);
+      std::fill_n(f, m * n, 0.0f);  // rows outside active groups
+      const Scales& s = q->rhs_scales;
+      const int64_t ld = s.ld ? s.ld : n;
+      for_each_active_group(group_sizes, o.group_offset, g_local,
+                            [&](int64_t j, int64_t begin, int64_t end) {
+                              const float* sj = s.data + j * ld;
+                              for (int64_t r = begin; r < end; ++r)
+                                for (int64_t c = 0; c < n; ++c)
+                                  f[r * n + c] = src[r * src_ld + c] * sj[c];
+                            });
+      row_src = f, row_ld = n;
+      dq_row.data = f;
+    }
+    if (quant_grad) {
+      const int64_t nb = (n + gb - 1) / gb, mb = (m + gb - 1) / gb;
+      uint8_t* rc = at_least(scratch.row_codes, m * n);
+      uint8_t* cc = at_least(scratch.col_codes, m * n);
+      float* rs = at_least(scratch.row_scales, m * nb);
+      float* cs = at_least(scratch.col_scales, mb * n);
+      if (!fold) {  // one pass over dout, both halves
+        DualQuantizeOptions d;
+        d.dtype = *q->grad_dtype, d.scheme = {QuantKind::kBlock, gb, 0};
+        d.calibration = q->grad_calibration;
+        quantize_dual(src, m, n, src_ld, d, rc, 0, rs, 0, cc, 0, cs, 0);
+      } else {  // dlhs and drhs read different gradients: the folded one row-wise, dout column-wise
+        QuantizeOptions qo;
+        qo.dtype = *q->grad_dtype, qo.scheme = {QuantKind::kBlock, gb, 0};
+        qo.calibration = q->grad_calibration;
+        qo.axis = QuantAxis::kCols;
+        quantize(row_src, m, n, row_ld, qo, rc, 0, rs, 0);
+        qo.axis = QuantAxis::kRows;
+        quantize(src, m, n, src_ld, qo, cc, 0, cs, 0);
+      }
+      dq_row = TensorView::matrix(rc, *q->grad_dtype, m, n);
+      dq_col = TensorView::matrix(cc, *q->grad_dtype, m, n);
+      dl.lhs_scales.data = rs;
+      dr.rhs_scales.data = cs;
+    }
+  }
+
+  // With no rows there are no codes, and no scale is read; the kernels still want the arrays.
+  if (quant_grad && m == 0) dl.lhs_scales.data = dr.rhs_scales.data = &kOne;
+  const gmmgen_args a_dlhs = make_args(dq_row, rhs, group_sizes, dlhs, o.group_offset, nullptr, m,
+                                       dl.lhs_scales, dl.rhs_scales);
+  const gmmgen_args a_drhs = make_args(lhs, dq_col, group_sizes, drhs, o.group_offset, nullptr, m,
+                                       dr.lhs_scales, dr.rhs_scales);
   // Both calls are checked before either workspace grows, and planned before either output is
   // written.
   checked_workspace_bytes(k_dlhs, a_dlhs);

@@ -1,0 +1,275 @@
+// The Pallas target: a kernel is one Python module <name>.py (pallas/gmm.py or pallas/tgmm.py)
+// for JAX Pallas on TPU, megablox-compatible. A gmm module also carries the backward kernels of
+// its differentiable gmm (dlhs and drhs), each with its own tiling from the spec.
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "gmmgen/codes.h"
+#include "gmmgen/heuristics.h"
+#include "gmmgen/target.h"
+#include "gmmgen/templates.h"
+#include "render.h"
+
+namespace gmmgen {
+namespace {
+
+// One pallas_call of a module, as a spec of its own problem (its cost model and block rule are
+// the spec's).
+struct ModuleKernel {
+  std::string_view var;           // the module's Python name of its baked configuration
+  std::string_view role;          // gmm, dlhs, drhs, tgmm
+  std::string_view tiling_key;    // the spec key of its tiling ("" for tm, tk, tn), for messages
+  std::string_view k_key, n_key;  // the spec keys of its contraction and output sizes
+  std::string_view doc;
+  KernelSpec spec;
+};
+
+// The kernels of a module. A gmm module's backward (DESIGN.md §1): dlhs = gmm(dout, rhs read
+// transposed), contracting over N and writing lhs's dtype; drhs = tgmm(lhs, dout), written in
+// rhs's dtype and layout. Both write fresh outputs (plain).
+std::vector<ModuleKernel> module_kernels(const KernelSpec& s) {
+  if (s.op == Op::kTgmm)
+    return {{"_TGMM", "tgmm", "", "k", "n",
+             "The kernel: out[j] = lhs[rows of g]^T @ rhs[rows of g].", s}};
+  KernelSpec dlhs = s;
+  dlhs.lhs = s.out;
+  dlhs.out = s.lhs;
+  dlhs.k = s.n;
+  dlhs.n = s.k;
+  dlhs.tiling = s.dlhs_tiling;
+  dlhs.transpose_rhs = !s.transpose_rhs;
+  dlhs.out_mode = OutMode::kPlain;
+  KernelSpec drhs = s;
+  drhs.op = Op::kTgmm;
+  drhs.rhs = s.out;
+  drhs.out = s.rhs;
+  drhs.tiling = s.drhs_tiling;
+  drhs.out_mode = OutMode::kPlain;
+  return {{"_GMM", "gmm", "", "k", "n", "The forward kernel: out = lhs x rhs per group.", s},
+          {"_DLHS", "dlhs", "dlhs_tiling", "n", "k",
+           "The backward's dlhs = gmm(dout, rhs read transposed): contracts over N.", dlhs},
+          {"_DRHS", "drhs", "drhs_tiling", "k", "n",
+           "The backward's drhs = tgmm(lhs, dout), in rhs's dtype and layout.", drhs}};
+}
+
+// A tile of a kernel in messages: "tk=100", or "dlhs_tiling tk=100" for a backward kernel.
+std::string tile_text(const ModuleKernel& mk, std::string_view tile, int64_t value) {
+  const std::string key = mk.tiling_key.empty() ? "" : std::string(mk.tiling_key) + " ";
+  return key + std::string(tile) + "=" + std::to_string(value);
+}
+
+// Mosaic's block rule for a tile along an array dimension: a multiple of `unit`, or the whole
+// dimension (dim empty: the dimension is M, known only at run time). A multiple larger than the
+// dimension is a partial block: the kernels mask what lies past the array.
+void check_block(const ModuleKernel& mk, std::string_view tile, int64_t value, std::string_view dim,
+                 int64_t extent, int64_t unit, const char* why) {
+  if (value % unit == 0 || (!dim.empty() && value == extent)) return;
+  throw SpecError(
+      tile_text(mk, tile, value) + " must be a multiple of " + std::to_string(unit) +
+      (dim.empty() ? "" : " or equal to " + std::string(dim) + "=" + std::to_string(extent)) +
+      " (target=pallas: Mosaic blocks are made of whole " + std::to_string(kTpuSublanes) + "x" +
+      std::to_string(kTpuLanes) + " tiles; " + why + ")");
+}
+
+std::string py_bool(bool b) {
+  return b ? "True" : "False";
+}
+std::string py_items(const Tiling& t) {
+  return std::to_string(t.tm) + ", " + std::to_string(t.tk) + ", " + std::to_string(t.tn);
+}
+std::string py_tuple(const Tiling& t) {
+  return "(" + py_items(t) + ")";
+}
+std::string jnp_of(DType d) {
+  return std::string(dtype_info(d).jnp);
+}
+
+class PallasTarget final : public Target {
+ public:
+  TargetKind kind() const override { return TargetKind::kPallas; }
+
+  void check(const KernelSpec& s) const override {
+    auto not_yet = [](const std::string& what, const char* why) {
+      throw SpecError("not supported yet for target=pallas: " + what + " (" + why + ")");
+    };
+    for (auto [p, d] :
+         {std::pair{"lhs", s.lhs}, std::pair{"rhs", s.rhs}, std::pair{"out", s.out}}) {
+      if (codes::is_quantized(d))
+        not_yet(std::string(p) + "=" + std::string(to_string(d)),
+                "quantized operands: the Pallas modules take f32 and bf16");
+      if (d != DType::kF32 && d != DType::kBF16)
+        not_yet(std::string(p) + "=" + std::string(to_string(d)),
+                "TPU matmuls take f32 and bf16, as megablox's kernels do");
+    }
+    if (s.isa != Isa::kNative)
+      throw SpecError("isa=" + std::string(to_string(s.isa)) +
+                      " applies to target=cpp only (a Pallas module has no ISA family)");
+    for (const ModuleKernel& mk : module_kernels(s)) {
+      const KernelSpec& k = mk.spec;
+      const Tiling& t = k.tiling;
+      for (auto [tile, v] : {std::pair{"tm", t.tm}, std::pair{"tk", t.tk}, std::pair{"tn", t.tn}})
+        if (v < 1 || v > kMaxTile)
+          throw SpecError(tile_text(mk, tile, v) + " must be in [1, " + std::to_string(kMaxTile) +
+                          "]");
+      const bool km = k.op == Op::kTgmm && k.lhs_layout == LhsLayout::kKM;
+      check_block(mk, "tm", t.tm, "", 0, km ? kTpuLanes : kTpuSublanes,
+                  km ? "tm is the minor dimension of the lhs [K, M] blocks"
+                     : "tm is a second-minor block dimension, and M is a run-time value");
+      check_block(mk, "tk", t.tk, mk.k_key, k.k, kTpuLanes,
+                  k.op == Op::kGmm ? "tk is the minor dimension of the lhs blocks"
+                                   : "tk is a minor dimension of the lhs or out blocks");
+      check_block(mk, "tn", t.tn, mk.n_key, k.n, kTpuLanes,
+                  "tn is a minor dimension of the out blocks");
+      const int64_t vmem = pallas_vmem_bytes(k);
+      if (vmem > kMaxVmemBytes)
+        throw SpecError(
+            (mk.tiling_key.empty() ? std::string("tiling") : std::string(mk.tiling_key)) + "=" +
+            std::to_string(t.tm) + "x" + std::to_string(t.tk) + "x" + std::to_string(t.tn) +
+            ": the " + std::string(mk.role) + " kernel needs " + std::to_string(vmem) +
+            " bytes of VMEM, above the " + std::to_string(kMaxVmemBytes) +
+            " Mosaic allows by default");
+    }
+  }
+
+  std::vector<EmittedFile> render(const KernelSpec& s, const KernelId& id,
+                                  Renderer& r) const override {
+    const bool gmm = s.op == Op::kGmm;
+    const std::string tmpl = gmm ? "pallas/gmm.py" : "pallas/tgmm.py";
+    mu::data ctx;
+    ctx.set("name", id.name);
+    ctx.set("spec", to_text(s));
+    ctx.set("hash", id.hash);
+    ctx.set("version", std::string(generator_version()));
+    ctx.set("template", tmpl + ".mustache");
+    ctx.set("op", std::string(to_string(s.op)));
+    ctx.set("k", std::to_string(s.k));
+    ctx.set("n", std::to_string(s.n));
+    ctx.set("g", std::to_string(s.g));
+    ctx.set("g_local", std::to_string(s.g_local));
+    ctx.set("lhs_jnp", jnp_of(s.lhs));
+    ctx.set("rhs_jnp", jnp_of(s.rhs));
+    ctx.set("out_jnp", jnp_of(s.out));
+    ctx.set("transpose_rhs_py", py_bool(s.transpose_rhs));
+    ctx.set("lhs_layout", std::string(to_string(s.lhs_layout)));
+    ctx.set("out_mode", std::string(to_string(s.out_mode)));
+    ctx.set("vjp", mu::data(gmm));
+    const std::string kk = "K=" + std::to_string(s.k), nn = "N=" + std::to_string(s.n);
+    ctx.set("drhs_layout_doc", s.transpose_rhs
+                                   ? "stored [G_local, " + nn + ", " + kk + "], rhs's layout"
+                                   : "stored [G_local, " + kk + ", " + nn + "]");
+    ctx.set("lhs_layout_doc", s.lhs_layout == LhsLayout::kKM
+                                  ? "[" + kk + ", M] (lhs_layout=km, read in place)"
+                                  : "[M, " + kk + "]");
+    if (gmm) {
+      ctx.set("rhs_layout_doc",
+              s.transpose_rhs ? "stored [G_local, N, K]: transpose_rhs" : "stored [G_local, K, N]");
+      static const char* kRows[] = {
+          "zero",
+          "left as existing_out has them (the output aliases existing_out; active rows are "
+          "overwritten)",
+          "left as existing_out has them, and active rows add the product to existing_out (the "
+          "output aliases it)"};
+      static const char* kExisting[] = {
+          "None: rows outside the active groups are zero",
+          "required, [M, N]: rows outside the active groups keep its values",
+          "required, [M, N]: each row is its row plus the product (zero outside the active "
+          "groups)"};
+      ctx.set("out_mode_doc", std::string(kRows[int(s.out_mode)]));
+      ctx.set("existing_doc", std::string(kExisting[int(s.out_mode)]));
+      ctx.set("gmm_tiling_py", py_tuple(s.tiling));
+      ctx.set("tgmm_out_jnp", jnp_of(s.rhs));
+      ctx.set("tgmm_tiling_py", py_tuple(s.drhs_tiling));
+      ctx.set("tiling_py", "(" + py_items(s.tiling) + ", " + py_items(s.dlhs_tiling) + ", " +
+                               py_items(s.drhs_tiling) + ")");
+    } else {
+      const bool acc = s.out_mode == OutMode::kAccumulate;
+      ctx.set("out_mode_doc", acc ? std::string("The product is added to existing_out (gradient "
+                                                "accumulation; the output aliases it).")
+                                  : std::string("out is overwritten."));
+      ctx.set("existing_doc", acc ? std::string("required, out's shape: the product is added")
+                                  : std::string("None"));
+      ctx.set("tgmm_tiling_py", py_tuple(s.tiling));
+      ctx.set("tiling_py", py_tuple(s.tiling));
+    }
+    mu::data kernels{mu::data::type::list};
+    for (const ModuleKernel& mk : module_kernels(s)) {
+      const KernelSpec& k = mk.spec;
+      const Cost c = cost_estimate(k);
+      mu::data e;
+      e.set("var", std::string(mk.var));
+      e.set("doc", std::string(mk.doc));
+      e.set("role", std::string(mk.role));
+      e.set("op", std::string(to_string(k.op)));
+      e.set("k", std::to_string(k.k));
+      e.set("n", std::to_string(k.n));
+      e.set("lhs_jnp", jnp_of(k.lhs));
+      e.set("rhs_jnp", jnp_of(k.rhs));
+      e.set("out_jnp", jnp_of(k.out));
+      e.set("tm", std::to_string(k.tiling.tm));
+      e.set("tk", std::to_string(k.tiling.tk));
+      e.set("tn", std::to_string(k.tiling.tn));
+      e.set("transposed_py", py_bool(k.transpose_rhs));
+      e.set("lhs_km_py", py_bool(k.op == Op::kTgmm && k.lhs_layout == LhsLayout::kKM));
+      e.set("out_mode", std::string(to_string(k.out_mode)));
+      e.set("flops_per_m", std::to_string(c.flops.per_m));
+      e.set("flops_fixed", std::to_string(c.flops.fixed));
+      e.set("bytes_per_m", std::to_string(c.bytes.per_m));
+      e.set("bytes_fixed", std::to_string(c.bytes.fixed));
+      kernels.push_back(e);
+    }
+    ctx.set("kernels", kernels);
+    return {{id.name + ".py", r.render(tmpl, ctx)}};
+  }
+
+  nlohmann::ordered_json manifest_fields(const KernelSpec& s, const KernelId& id) const override {
+    nlohmann::ordered_json j;
+    j["files"] = {std::string(name()) + "/" + id.name + ".py"};
+    j["template"] =
+        std::string(s.op == Op::kGmm ? "pallas/gmm.py" : "pallas/tgmm.py") + ".mustache";
+    j["module"] = id.name;
+    j["exports"] = s.op == Op::kGmm ? nlohmann::ordered_json{"gmm", "tgmm", "differentiable_gmm",
+                                                             "make_group_metadata"}
+                                    : nlohmann::ordered_json{"tgmm", "make_group_metadata"};
+    // Per pallas_call: its tiling, VMEM and cost model (the forward's cost is the entry's).
+    nlohmann::ordered_json calls = nlohmann::ordered_json::object();
+    int64_t vmem = 0, acc = 0;
+    for (const ModuleKernel& mk : module_kernels(s)) {
+      const KernelSpec& k = mk.spec;
+      const Cost c = cost_estimate(k);
+      vmem = std::max(vmem, pallas_vmem_bytes(k));
+      acc = std::max(acc, pallas_acc_bytes(k));
+      calls[std::string(mk.role)] = {
+          {"tile", {{"tm", k.tiling.tm}, {"tk", k.tiling.tk}, {"tn", k.tiling.tn}}},
+          {"vmem_bytes", pallas_vmem_bytes(k)},
+          {"cost",
+           {{"flops", {{"per_m", c.flops.per_m}, {"fixed", c.flops.fixed}}},
+            {"bytes", {{"per_m", c.bytes.per_m}, {"fixed", c.bytes.fixed}}}}}};
+    }
+    j["pallas_calls"] = calls;
+    // A TensorCore runs one grid step at a time: its scratch is the f32 accumulator tile.
+    j["footprint"] = {{"scratch_bytes_per_thread", acc},
+                      {"vmem_bytes", vmem},
+                      {"tile", {{"tm", s.tiling.tm}, {"tk", s.tiling.tk}, {"tn", s.tiling.tn}}}};
+    return j;
+  }
+
+  std::vector<EmittedFile> support_files() const override { return {}; }
+
+  std::vector<EmittedFile> bundle(const std::string& bundle, std::span<const KernelSpec>,
+                                  std::span<const KernelId>,
+                                  nlohmann::ordered_json&) const override {
+    throw SpecError("bundle '" + bundle + "': bundles hold C++ kernels; target=pallas has none");
+  }
+
+  std::vector<std::string> toolchain_flags(const KernelSpec&) const override { return {}; }
+};
+
+}  // namespace
+
+const Target& pallas_target() {
+  static const PallasTarget t;
+  return t;
+}
+
+}  // namespace gmmgen

@@ -1,0 +1,589 @@
+#!/usr/bin/env python3
+"""Checks gmm-gen's Pallas modules in TPU interpret mode.
+
+usage: check_pallas.py DIR [--seed S] [--quick] [--cpp-lib LIB --cpp-manifest MANIFEST]
+
+DIR is a folder written by `gmm-gen emit` (its pallas/ subfolder holds the modules) or a folder
+of modules. For every module, on the edge-case families that `gmm-gen verify` uses for C++
+kernels (empty groups first, in the middle and last; groups starting inside an m-tile;
+sum(group_sizes) < M; shards at both ends of the groups; 13, 21 and 45 m-tiles; M = 0; a NaN
+in one expert; small-integer inputs whose sums are exact), it runs
+
+  gmm modules:  gmm (the forward) and the VJP of differentiable_gmm (the dlhs and drhs kernels),
+  tgmm modules: tgmm,
+
+in TPU interpret mode (pltpu.InterpretParams with uninitialized memory poisoned to NaN, or
+interpret=True where this JAX has no InterpretParams), and compares every output element with a
+float64 numpy reference (elements outside the active groups exactly; the others within the
+bound of f32 summation plus one rounding to the output dtype) and with jax.lax.ragged_dot (and
+its VJP). Rows outside the active groups hold NaN in the inputs, so a kernel that reads them
+poisons its result. Modules whose K or N is not a multiple of tk or tn exercise the masked
+partial blocks; the summary says which module covers which.
+
+It also checks make_group_metadata against a brute-force builder (megablox's definition,
+group by group) on 300 random partitions of up to ~5000 m-tiles, running the module's code
+under jax.numpy and under numpy; with --cpp-lib (a shared object of C++ gmm kernels emitted by
+gmm-gen) and --cpp-manifest (its manifest.json) also against their C++ builders (ctypes).
+
+Exit status: 0 every check passed; 1 a mismatch or an error; 2 bad usage; 77 skipped (no JAX).
+"""
+import argparse
+import ctypes
+import glob
+import importlib.util
+import json
+import os
+import random
+import sys
+import time
+import traceback
+import zlib
+
+EXIT_SKIPPED = 77
+U = 2.0**-24  # unit roundoff of f32
+sys.dont_write_bytecode = True  # no __pycache__ beside the modules (generated/ stays as emitted)
+
+
+def load_module(path):
+    name = "gmmgen_pallas_" + os.path.splitext(os.path.basename(path))[0]
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+# ---- Group sizes and cases --------------------------------------------------------------------
+
+
+def partition(rng, total, groups):
+    """A random partition of `total` rows into `groups` sizes (empty groups anywhere)."""
+    cuts = sorted(rng.randint(0, total) for _ in range(groups - 1))
+    return [b - a for a, b in zip([0] + cuts, cuts + [total])]
+
+
+class Case:
+    def __init__(self, label, m, sizes, offset, nan=False, exact=False):
+        self.label, self.m, self.sizes, self.offset = label, m, sizes, offset
+        self.nan, self.exact = nan, exact
+
+
+def make_cases(mod, tm, rng, quick):
+    """The edge-case families for a module with m-tiles of tm rows."""
+    g = mod.G
+    offsets = [0] if mod.G_LOCAL == mod.G else [0, mod.G - mod.G_LOCAL]
+    cases = []
+    for off in offsets:
+        shard = f" offset={off}"
+        m = 3 * tm + 5
+        cases.append(Case("uniform" + shard, m, [m // g + (i < m % g) for i in range(g)], off))
+        m = 4 * tm + 3
+        sizes = partition(rng, m, g)
+        empties = {0, g // 2, g - 1}  # empty groups first, in the middle and last
+        for i in empties:
+            sizes[i] = 0
+        sizes[next((i for i in range(g) if i not in empties), 0)] += m - sum(sizes)
+        cases.append(Case("empty first/middle/last" + shard, m, sizes, off))
+        # Every group but the first starts inside an m-tile.
+        step = max(1, tm // 2 + 1)
+        m = step * g + tm // 3
+        cases.append(Case("starts mid-tile" + shard, m, [step] * g, off))
+        m = 5 * tm + 7
+        cases.append(Case("sum(group_sizes) < M" + shard, m, partition(rng, m - tm - 3, g), off))
+        cases.append(Case("NaN in one expert" + shard, m, partition(rng, m, g), off, nan=True))
+        if not quick:
+            cases.append(Case("exact sums" + shard, m, partition(rng, m, g), off, exact=True))
+    tiles = (13,) if quick else (13, 21, 45)
+    for t in tiles:
+        m = (t - 1) * tm + max(1, tm // 2)  # t m-tiles, the last one partial
+        cases.append(Case(f"{t} m-tiles", m, partition(rng, m, g), offsets[-1]))
+    cases.append(Case("M = 0", 0, [0] * g, 0))
+    return cases
+
+
+# ---- References and comparison ----------------------------------------------------------------
+
+
+class Checker:
+    """Compares outputs with float64 references; collects the first failure of each module."""
+
+    def __init__(self, np, jnp):
+        self.np, self.jnp = np, jnp
+        self.failures = []
+        self.checks = 0
+        self.worst = 0.0  # worst |got - ref| / bound over the elements with a bound
+
+    def unit(self, dtype):
+        return 2.0**-8 if self.jnp.dtype(dtype) == self.jnp.bfloat16 else U
+
+    def round_to(self, x64, dtype):
+        """float64 values rounded once to dtype (nearest even), as float64."""
+        jnp, np = self.jnp, self.np
+        return np.asarray(jnp.asarray(x64.astype(np.float32)).astype(dtype).astype(jnp.float32),
+                          dtype=np.float64)
+
+    def compare(self, what, got, ref, bound, exact, round_dtype=None):
+        """got vs ref: NaN where ref is NaN; elements with exact=True equal; others within
+        bound (or, with round_dtype, equal to ref rounded once to it)."""
+        np = self.np
+        self.checks += 1
+        got = np.asarray(self.jnp.asarray(got).astype(self.jnp.float32), dtype=np.float64)
+        if got.shape != ref.shape:
+            self.failures.append(f"{what}: shape {got.shape}, expected {ref.shape}")
+            return False
+        ref_nan, got_nan = np.isnan(ref), np.isnan(got)
+        bad = ref_nan != got_nan
+        finite = ~ref_nan & ~got_nan
+        diff = np.where(finite, np.abs(got - np.where(finite, ref, 0)), 0.0)
+        if round_dtype is not None:
+            want = self.round_to(np.where(ref_nan, 0, ref), round_dtype)
+            bad |= finite & (got != want)
+        else:
+            bad |= finite & exact & (diff != 0)
+            with np.errstate(invalid="ignore", divide="ignore"):
+                ratio = np.where(finite & ~exact, diff / np.maximum(bound, 1e-300), 0.0)
+            bad |= finite & ~exact & (diff > bound)
+            if ratio.size:
+                self.worst = max(self.worst, float(np.max(ratio)))
+        if np.any(bad):
+            idx = tuple(int(i) for i in np.argwhere(bad)[0])
+            self.failures.append(
+                f"{what}: {int(np.sum(bad))} of {bad.size} elements differ; first at {idx}: "
+                f"got {got[idx]!r}, reference {ref[idx]!r}, bound {np.broadcast_to(bound, ref.shape)[idx]!r}"
+            )
+            return False
+        return True
+
+
+def group_rows(sizes):
+    offsets = [0]
+    for s in sizes:
+        offsets.append(offsets[-1] + s)
+    return offsets
+
+
+def random_values(np, rng_np, shape, exact):
+    if exact:
+        return rng_np.integers(-3, 4, size=shape).astype(np.float64)
+    return rng_np.uniform(-1.0, 1.0, size=shape)
+
+
+# ---- gmm modules ------------------------------------------------------------------------------
+
+
+def check_gmm_module(mod, case, ctx):
+    np, jnp, jax, chk = ctx.np, ctx.jnp, ctx.jax, ctx.checker
+    K, N, GL = mod.K, mod.N, mod.G_LOCAL
+    m, sizes, go = case.m, case.sizes, case.offset
+    offs = group_rows(sizes)
+    lo, hi = offs[go], offs[go + GL]
+    rng = np.random.default_rng(ctx.seed_for(case))
+    lhs_t, rhs_t, out_t = mod.LHS_DTYPE, mod.RHS_DTYPE, mod.OUT_DTYPE
+
+    def cast(x, dtype):  # values exactly representable in dtype, as float64 and as jnp
+        arr = jnp.asarray(x.astype(np.float32)).astype(dtype)
+        return np.asarray(arr.astype(jnp.float32), dtype=np.float64), arr
+
+    lhs64, lhs = cast(random_values(np, rng, (m, K), case.exact), lhs_t)
+    # Rows outside the active groups are poison: a kernel that reads them into a result fails.
+    lhs64[:lo], lhs64[hi:] = np.nan, np.nan
+    lhs = jnp.asarray(lhs64.astype(np.float32)).astype(lhs_t)
+    rshape = (GL, N, K) if mod.TRANSPOSE_RHS else (GL, K, N)
+    rhs64, rhs = cast(random_values(np, rng, rshape, case.exact), rhs_t)
+    nan_cols = {}
+    if case.nan:  # one NaN in the weights of a local expert whose group has rows
+        full = [j for j in range(GL) if sizes[go + j] > 0]
+        if full:
+            j = full[len(full) // 2]
+            kk, nn = int(rng.integers(K)), int(rng.integers(N))
+            if mod.TRANSPOSE_RHS:
+                rhs64[j, nn, kk] = np.nan
+            else:
+                rhs64[j, kk, nn] = np.nan
+            rhs = jnp.asarray(rhs64.astype(np.float32)).astype(rhs_t)
+            nan_cols = {j: (kk, nn)}
+    existing64, existing = None, None
+    if mod.OUT_MODE != "plain":
+        existing64, existing = cast(random_values(np, rng, (m, N), case.exact), out_t)
+    dout64, dout = cast(random_values(np, rng, (m, N), case.exact), out_t)
+    dout64[:lo], dout64[hi:] = np.nan, np.nan  # dlhs must be zero there, drhs must not see them
+    dout = jnp.asarray(dout64.astype(np.float32)).astype(out_t)
+    gs = jnp.asarray(np.array(sizes, dtype=np.int32))
+
+    # float64 references, with the sums of |products| for the error bounds.
+    out_ref = np.zeros((m, N)) if existing64 is None else existing64.copy()
+    out_abs = np.zeros((m, N)) if existing64 is None else np.abs(existing64)
+    exact_rows = np.ones((m, 1), dtype=bool)  # rows outside the active groups: exact
+    dlhs_ref, dlhs_abs = np.zeros((m, K)), np.zeros((m, K))
+    drhs_ref = np.zeros((GL, K, N))
+    drhs_abs = np.zeros((GL, K, N))
+    drhs_terms = np.zeros((GL, 1, 1))
+    for j in range(GL):
+        r0, r1 = offs[go + j], offs[go + j + 1]
+        w = rhs64[j].T if mod.TRANSPOSE_RHS else rhs64[j]  # [K, N]
+        wc = np.nan_to_num(w, nan=0.0)
+        x, dy = lhs64[r0:r1], dout64[r0:r1]
+        prod = x @ wc
+        dl = dy @ wc.T
+        if j in nan_cols:  # NaN * anything is NaN, 0 included
+            kk, nn = nan_cols[j]
+            prod[:, nn] = np.nan
+            dl[:, kk] = np.nan
+        out_ref[r0:r1] = prod + (existing64[r0:r1] if mod.OUT_MODE == "accumulate" else 0)
+        out_abs[r0:r1] = np.abs(x) @ np.abs(wc) + (
+            np.abs(existing64[r0:r1]) if mod.OUT_MODE == "accumulate" else 0)
+        exact_rows[r0:r1] = False
+        dlhs_ref[r0:r1], dlhs_abs[r0:r1] = dl, np.abs(dy) @ np.abs(wc.T)
+        drhs_ref[j], drhs_abs[j] = x.T @ dy, np.abs(x.T) @ np.abs(dy)
+        drhs_terms[j] = r1 - r0
+    if mod.TRANSPOSE_RHS:
+        drhs_ref, drhs_abs = drhs_ref.swapaxes(1, 2), drhs_abs.swapaxes(1, 2)
+        drhs_terms = drhs_terms.swapaxes(1, 2)
+
+    def bound(ref, abs_sum, terms, dtype):
+        return chk.unit(dtype) * np.abs(np.nan_to_num(ref)) + (terms + 2) * U * abs_sum
+
+    where = f"{mod.NAME} [{case.label}, M={m}]"
+    round_out = out_t if case.exact else None
+    fn = lambda l, r: mod.differentiable_gmm(  # noqa: E731
+        l, r, gs, group_offset=go, existing_out=existing, interpret=ctx.interpret)
+    out, vjp = jax.vjp(fn, lhs, rhs)
+    dlhs, drhs = vjp(dout)
+    ok = chk.compare(f"{where} gmm", out, out_ref, bound(out_ref, out_abs, K, out_t),
+                     exact_rows, round_out)
+    ok &= chk.compare(f"{where} dlhs", dlhs, dlhs_ref, bound(dlhs_ref, dlhs_abs, N, lhs_t),
+                      exact_rows, lhs_t if case.exact else None)
+    ok &= chk.compare(f"{where} drhs", drhs, drhs_ref, bound(drhs_ref, drhs_abs, drhs_terms, rhs_t),
+                      np.zeros(drhs_ref.shape, dtype=bool), rhs_t if case.exact else None)
+    # The plain kernel entry points give the same bytes as the differentiable path.
+    direct = mod.gmm(lhs, rhs, gs, group_offset=go, existing_out=existing, interpret=ctx.interpret)
+    ok &= chk.compare(f"{where} gmm vs differentiable_gmm", direct,
+                      np.asarray(jnp.asarray(out).astype(jnp.float32), dtype=np.float64), 0.0,
+                      np.ones((m, 1), dtype=bool))
+    if mod.OUT_MODE != "plain":  # the cotangent of existing_out
+        f2 = lambda e: mod.differentiable_gmm(  # noqa: E731
+            lhs, rhs, gs, group_offset=go, existing_out=e, interpret=ctx.interpret)
+        (dexisting,) = jax.vjp(f2, existing)[1](dout)
+        want = dout64 if mod.OUT_MODE == "accumulate" else np.where(exact_rows, dout64, 0.0)
+        ok &= chk.compare(f"{where} d existing_out", dexisting, want, 0.0,
+                          np.ones((m, 1), dtype=bool))
+    if case.nan or m == 0 or not ctx.ragged:
+        return ok
+    # jax.lax.ragged_dot and its VJP, on NaN-free copies (its dense formulation multiplies
+    # every row by every group's weights), over all G groups with zero weights for the groups
+    # this shard does not hold.
+    common = jnp.promote_types(lhs_t, rhs_t)  # ragged_dot takes one operand dtype
+    lhs_c = jnp.asarray(np.nan_to_num(lhs64).astype(np.float32)).astype(lhs_t).astype(common)
+    dout_c = jnp.asarray(np.nan_to_num(dout64).astype(np.float32)).astype(out_t)
+    w_local = (jnp.swapaxes(rhs, 1, 2) if mod.TRANSPOSE_RHS else rhs).astype(common)
+
+    def ragged(l, w):
+        full = jnp.zeros((mod.G, K, N), common).at[go:go + GL].set(w)
+        y = jax.lax.ragged_dot(l, full, gs, preferred_element_type=jnp.float32)
+        return y
+
+    y, rvjp = jax.vjp(ragged, lhs_c, w_local)
+    rd_lhs, rd_w = rvjp(dout_c.astype(jnp.float32))
+    active = ~exact_rows
+    y64 = np.asarray(y, dtype=np.float64)
+    if mod.OUT_MODE == "accumulate":
+        y64 = y64 + existing64
+    ok &= chk.compare(f"{where} gmm vs ragged_dot", np.where(active, np.asarray(
+        jnp.asarray(out).astype(jnp.float32)), 0.0), np.where(active, y64, 0.0),
+        2 * bound(out_ref, out_abs, K, out_t), ~active)
+    ok &= chk.compare(f"{where} dlhs vs ragged_dot VJP", np.where(active, np.asarray(
+        jnp.asarray(dlhs).astype(jnp.float32)), 0.0), np.where(active, np.asarray(
+            rd_lhs, dtype=np.float64), 0.0), 2 * bound(dlhs_ref, dlhs_abs, N, lhs_t), ~active)
+    rd_w64 = np.asarray(rd_w, dtype=np.float64)
+    if mod.TRANSPOSE_RHS:
+        rd_w64 = rd_w64.swapaxes(1, 2)
+    ok &= chk.compare(f"{where} drhs vs ragged_dot VJP", drhs, rd_w64,
+                      2 * bound(drhs_ref, drhs_abs, drhs_terms, rhs_t),
+                      np.zeros(drhs_ref.shape, dtype=bool))
+    return ok
+
+
+# ---- tgmm modules -----------------------------------------------------------------------------
+
+
+def check_tgmm_module(mod, case, ctx):
+    np, jnp, jax, chk = ctx.np, ctx.jnp, ctx.jax, ctx.checker
+    K, N, GL = mod.K, mod.N, mod.G_LOCAL
+    m, sizes, go = case.m, case.sizes, case.offset
+    offs = group_rows(sizes)
+    lo, hi = offs[go], offs[go + GL]
+    rng = np.random.default_rng(ctx.seed_for(case))
+    lhs_t, rhs_t, out_t = mod.LHS_DTYPE, mod.RHS_DTYPE, mod.OUT_DTYPE
+    km = mod.LHS_LAYOUT == "km"
+
+    def cast(x, dtype):
+        return np.asarray(jnp.asarray(x.astype(np.float32)).astype(dtype).astype(jnp.float32),
+                          dtype=np.float64)
+
+    x64 = cast(random_values(np, rng, (m, K), case.exact), lhs_t)  # [M, K] whatever the layout
+    y64 = cast(random_values(np, rng, (m, N), case.exact), rhs_t)
+    for a in (x64, y64):
+        a[:lo], a[hi:] = np.nan, np.nan
+    nan_at = None
+    if case.nan:  # a NaN in one row of a non-empty active group
+        full = [j for j in range(GL) if sizes[go + j] > 0]
+        if full:
+            j = full[len(full) // 2]
+            r, kk = offs[go + j] + int(rng.integers(sizes[go + j])), int(rng.integers(K))
+            x64[r, kk] = np.nan
+            nan_at = (j, kk)
+    lhs = jnp.asarray((x64.T if km else x64).astype(np.float32)).astype(lhs_t)
+    rhs = jnp.asarray(y64.astype(np.float32)).astype(rhs_t)
+    gs = jnp.asarray(np.array(sizes, dtype=np.int32))
+    oshape = (GL, N, K) if mod.TRANSPOSE_RHS else (GL, K, N)
+    existing64, existing = None, None
+    if mod.OUT_MODE == "accumulate":
+        existing64 = cast(random_values(np, rng, oshape, case.exact), out_t)
+        existing = jnp.asarray(existing64.astype(np.float32)).astype(out_t)
+
+    ref, ref_abs, terms = np.zeros((GL, K, N)), np.zeros((GL, K, N)), np.zeros((GL, 1, 1))
+    for j in range(GL):
+        r0, r1 = offs[go + j], offs[go + j + 1]
+        xs, ys = np.nan_to_num(x64[r0:r1]), y64[r0:r1]
+        ref[j], ref_abs[j], terms[j] = xs.T @ ys, np.abs(xs.T) @ np.abs(ys), r1 - r0
+        if nan_at is not None and nan_at[0] == j:
+            ref[j, nan_at[1], :] = np.nan
+    if mod.TRANSPOSE_RHS:
+        ref, ref_abs, terms = ref.swapaxes(1, 2), ref_abs.swapaxes(1, 2), terms.swapaxes(1, 2)
+    if existing64 is not None:
+        ref, ref_abs = ref + existing64, ref_abs + np.abs(existing64)
+    bound = chk.unit(out_t) * np.abs(np.nan_to_num(ref)) + (terms + 2) * U * ref_abs
+    # Empty groups without existing_out must be exactly zero.
+    empty = np.zeros(ref.shape, dtype=bool)
+    if existing64 is None:
+        for j in range(GL):
+            empty[j] = sizes[go + j] == 0
+    where = f"{mod.NAME} [{case.label}, M={m}]"
+    out = mod.tgmm(lhs, rhs, gs, group_offset=go, existing_out=existing, interpret=ctx.interpret)
+    ok = chk.compare(f"{where} tgmm", out, ref, bound, empty, out_t if case.exact else None)
+    if case.nan or m == 0 or not ctx.ragged:
+        return ok
+    dims = jax.lax.RaggedDotDimensionNumbers(
+        dot_dimension_numbers=(([0], [0]), ([], [])), lhs_ragged_dimensions=[0],
+        rhs_group_dimensions=[])
+    common = jnp.promote_types(lhs_t, rhs_t)
+    xc = jnp.asarray(np.nan_to_num(x64).astype(np.float32)).astype(lhs_t).astype(common)
+    yc = jnp.asarray(np.nan_to_num(y64).astype(np.float32)).astype(rhs_t).astype(common)
+    rd = jax.lax.ragged_dot_general(xc, yc, gs, dims, preferred_element_type=jnp.float32)
+    rd64 = np.asarray(rd, dtype=np.float64)[go:go + GL]
+    if mod.TRANSPOSE_RHS:
+        rd64 = rd64.swapaxes(1, 2)
+    if existing64 is not None:
+        rd64 = rd64 + existing64
+    ok &= chk.compare(f"{where} tgmm vs ragged_dot_general", out, rd64, 2 * bound, empty)
+    return ok
+
+
+# ---- Metadata ---------------------------------------------------------------------------------
+
+
+def brute_force_metadata(sizes, m, tm, start, count, visit_empty):
+    """megablox's metadata by its definition: group by group, the m-tiles each group touches."""
+    groups = len(sizes)
+    tiles_m = -(-m // tm)
+    length = max(1, tiles_m + groups - 1)
+    offsets = group_rows(sizes)
+    steps = []
+    for g in range(groups):
+        s, e = offsets[g], offsets[g + 1]
+        if s < e:
+            steps += [(g, t) for t in range(s // tm, (e - 1) // tm + 1)]
+        elif visit_empty:  # an empty group at row m has no tile of its own: the last one
+            steps.append((g, min(s // tm, max(tiles_m - 1, 0))))
+    group_ids = [g for g, _ in steps]
+    tile_ids = [t for _, t in steps]
+    # Tiles past the rows of every group follow once each; then padding to length.
+    tile_ids += list(range(-(-offsets[-1] // tm), tiles_m))
+    group_ids = (group_ids + [groups - 1] * length)[:length]
+    tile_ids = (tile_ids + [max(tiles_m - 1, 0)] * length)[:length]
+    first = min(sum(1 for g, _ in steps if g < start), length)
+    num_tiles = sum(1 for g, _ in steps if start <= g < start + count)
+    return (offsets, group_ids[first:] + group_ids[:first], tile_ids[first:] + tile_ids[:first],
+            num_tiles)
+
+
+def random_metadata_cases(seed, count=300, tms=(1, 2, 3, 7, 8, 16, 128, 512)):
+    """(sizes, m, tm, start, count, visit_empty): tile counts from 1 to 5000 (4142 and more:
+    where megablox's float histogram misbins), empty groups, sums below m, groups starting on and
+    off tile boundaries, m = 0 and m < tm."""
+    rng = random.Random(seed)
+    out = []
+    for i in range(count):
+        tm = rng.choice(tms)
+        tiles = rng.choice([1, 2, 3, 13, 21, 45, 257, 4142, 4999, 5000])
+        m = max(0, tiles * tm - rng.randint(0, tm - 1)) if i % 50 else 0
+        groups = rng.choice([1, 2, 3, 8, 64, 128])
+        total = m if rng.random() < 0.6 else rng.randint(0, m)
+        sizes = partition(rng, total, groups)
+        if rng.random() < 0.5:  # empty groups first, last or anywhere
+            for g in rng.sample(range(groups), k=rng.randint(0, groups)):
+                sizes[g] = 0
+            sizes[rng.randrange(groups)] += total - sum(sizes)
+        if rng.random() < 0.3:  # every boundary on a tile boundary (the sentinel edge)
+            sizes = [s // tm * tm for s in sizes]
+        local = rng.randint(1, groups)
+        out.append((sizes, m, tm, rng.randint(0, groups - local), local, rng.random() < 0.5))
+    return out
+
+
+def check_metadata(mod, ctx, cpp):
+    """make_group_metadata (jax.numpy), the same code under numpy, and the brute force agree;
+    with cpp = {tm: builder}, the C++ builders too."""
+    np, jnp, jax, chk = ctx.np, ctx.jnp, ctx.jax, ctx.checker
+    ok = True
+    np_bincount = lambda x, n: np.bincount(x, minlength=n)  # noqa: E731
+    # Traced as the kernels trace it: sizes and start_group are run-time values.
+    traced = jax.jit(mod.make_group_metadata,
+                     static_argnames=("m", "tm", "num_nonzero_groups", "visit_empty_groups"))
+    cases = random_metadata_cases(ctx.seed)
+    for tm in sorted(cpp):  # the C++ builders have their tm baked in
+        cases += random_metadata_cases(ctx.seed + tm, 60, (tm,))
+    for sizes, m, tm, start, count, visit in cases:
+        chk.checks += 1
+        want = brute_force_metadata(sizes, m, tm, start, count, visit)
+        arr = np.array(sizes, dtype=np.int32)
+        (o, g, t), n = traced(group_sizes=jnp.asarray(arr), m=m, tm=tm,
+                              start_group=jnp.int32(start), num_nonzero_groups=count,
+                              visit_empty_groups=visit)
+        as_lists = lambda *a: [np.asarray(x).tolist() for x in a]  # noqa: E731
+        got = {"jax.numpy": (*as_lists(o, g, t), int(n))}
+        (o, g, t), n = mod._group_metadata(np, np_bincount, arr, m, tm, start, count, visit)
+        got["numpy"] = (*as_lists(o, g, t), int(n))
+        if tm in cpp:
+            got["C++"] = cpp[tm](sizes, m, start, count, visit)
+        for who, value in got.items():
+            if tuple(value) != tuple(want):
+                chk.failures.append(
+                    f"{mod.NAME} make_group_metadata ({who}) differs from megablox's definition "
+                    f"for sizes={sizes[:16]}{'...' if len(sizes) > 16 else ''} m={m} tm={tm} "
+                    f"start={start} count={count} visit_empty={visit}")
+                ok = False
+                break
+        if not ok:
+            break
+    return ok
+
+
+def cpp_builders(lib_path, manifest_path):
+    """{tm: builder(sizes, m, start, count, visit) -> (offsets, group_ids, m_tile_ids, n)} from
+    the C++ gmm kernels of a shared object (the first kernel of each tm)."""
+    lib = ctypes.CDLL(lib_path)
+    with open(manifest_path) as f:
+        manifest = json.load(f)
+    builders = {}
+    i32p, i64p = ctypes.POINTER(ctypes.c_int32), ctypes.POINTER(ctypes.c_int64)
+    for k in manifest["kernels"]:
+        spec = k["spec_json"]
+        if k["target"] != "cpp" or spec["tm"] in builders:
+            continue
+        fn = getattr(lib, k["name"] + "_make_group_metadata")
+        fn.restype = ctypes.c_int
+        fn.argtypes = [i32p, ctypes.c_int32, ctypes.c_int64, ctypes.c_int32, ctypes.c_int32,
+                       ctypes.c_int, i32p, i32p, i32p, i64p]
+
+        def build(sizes, m, start, count, visit, fn=fn, tm=spec["tm"]):
+            groups = len(sizes)
+            length = max(1, -(-m // tm) + groups - 1)
+            arr = (ctypes.c_int32 * groups)(*sizes)
+            offs, gids, tids = ((ctypes.c_int32 * n)() for n in (groups + 1, length, length))
+            num = ctypes.c_int64()
+            if fn(arr, groups, m, start, count, int(visit), offs, gids, tids, ctypes.byref(num)):
+                raise RuntimeError("the C++ metadata builder refused its arguments")
+            return list(offs), list(gids), list(tids), num.value
+
+        builders[spec["tm"]] = build
+    return builders
+
+
+# ---- Driver -----------------------------------------------------------------------------------
+
+
+class Context:
+    pass
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("dir")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--quick", action="store_true", help="fewer cases per module")
+    parser.add_argument("--cpp-lib", help="shared object of C++ gmm kernels (metadata check)")
+    parser.add_argument("--cpp-manifest", help="manifest.json listing the kernels of --cpp-lib")
+    args = parser.parse_args(argv)
+    folder = os.path.join(args.dir, "pallas") if os.path.isdir(
+        os.path.join(args.dir, "pallas")) else args.dir
+    paths = sorted(glob.glob(os.path.join(folder, "*.py")))
+    if not paths:
+        print(f"check_pallas: no modules (*.py) in {folder}", file=sys.stderr)
+        return 2
+    try:
+        import numpy as np
+        import jax
+        import jax.numpy as jnp
+        from jax.experimental.pallas import tpu as pltpu
+    except ImportError as e:
+        print(f"skipped: the Pallas checks need JAX ({e})")
+        return EXIT_SKIPPED
+
+    ctx = Context()
+    ctx.np, ctx.jnp, ctx.jax = np, jnp, jax
+    ctx.seed = args.seed
+    ctx.checker = Checker(np, jnp)
+    params = getattr(pltpu, "InterpretParams", None)
+    ctx.interpret = params(uninitialized_memory="nan") if params is not None else True
+    mode = "TPU interpret mode, uninitialized memory = NaN" if params else "interpret=True"
+    ctx.ragged = hasattr(jax.lax, "ragged_dot") and hasattr(jax.lax, "ragged_dot_general")
+    print(f"JAX {jax.__version__} on {jax.devices()[0].device_kind}; {mode}"
+          + ("" if ctx.ragged else "; no jax.lax.ragged_dot here: float64 reference only"))
+    cpp = cpp_builders(args.cpp_lib, args.cpp_manifest) if args.cpp_lib else {}
+    rng = random.Random(args.seed)
+    failed_modules = 0
+    for path in paths:
+        t0 = time.time()
+        ctx.checker.failures = []
+        checks0 = ctx.checker.checks
+        try:
+            mod = load_module(path)
+            tm = mod.TILING[0]
+            covers = []
+            if mod.K % mod.TILING[1]:
+                covers.append("K % tk != 0")
+            if mod.N % mod.TILING[2]:
+                covers.append("N % tn != 0")
+            if mod.G_LOCAL < mod.G:
+                covers.append("sharded")
+            if mod.OUT_MODE != "plain":
+                covers.append(mod.OUT_MODE)
+            cases = make_cases(mod, tm, rng, args.quick)
+            check = check_gmm_module if mod.OP == "gmm" else check_tgmm_module
+            ctx.seed_for = lambda case, base=args.seed: zlib.crc32(
+                f"{base} {mod.NAME} {case.label} {case.m}".encode())
+            for case in cases:
+                if not check(mod, case, ctx):
+                    break
+            if not ctx.checker.failures:
+                check_metadata(mod, ctx, cpp)
+        except Exception:  # an error is a failure of the module, reported with its trace
+            ctx.checker.failures.append(f"{os.path.basename(path)}: error\n{traceback.format_exc()}")
+            reset = getattr(pltpu, "reset_tpu_interpret_mode_state", None)
+            if reset is not None:
+                reset()
+        status = "ok" if not ctx.checker.failures else "MISMATCH"
+        print(f"{os.path.basename(path)[:-3]:<72} {ctx.checker.checks - checks0:5d} checks "
+              f"{time.time() - t0:7.1f}s {status}"
+              + (f"  ({', '.join(covers)})" if not ctx.checker.failures and covers else ""))
+        for failure in ctx.checker.failures[:3]:
+            print("  " + failure.replace("\n", "\n  "))
+        failed_modules += bool(ctx.checker.failures)
+        sys.stdout.flush()
+    print(f"{len(paths)} Pallas modules checked, {failed_modules} mismatched; worst error "
+          f"{100 * ctx.checker.worst:.1f}% of its bound")
+    return 1 if failed_modules else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,228 @@
+// The Pallas target without JAX: spec rules (Mosaic's block rule, VMEM, dtypes, the VJP tilings),
+// the canonical forms and names of the VJP tilings, and what a module and its manifest entry
+// hold. tests/pallas/*.py compile the modules and check their signatures and metadata builder;
+// check_pallas.py runs them where JAX is installed.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+
+#include "gmmgen/emit.h"
+#include "gmmgen/heuristics.h"
+#include "gmmgen/naming.h"
+#include "gmmgen/spec.h"
+#include "gmmgen/templates.h"
+#include "render.h"
+
+namespace gmmgen {
+namespace {
+
+size_t count_of(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+// Each invalid Pallas spec is rejected with a message naming the parameter and the rule.
+TEST(PallasSpec, ValidationNamesParameterAndRule) {
+  const std::pair<const char*, const char*> cases[] = {
+      {"k=200,n=128,g=4,tk=100,target=pallas",
+       "tk=100 must be a multiple of 128 or equal to k=200"},
+      {"k=256,n=200,g=4,tn=64,target=pallas", "tn=64 must be a multiple of 128 or equal to n=200"},
+      {"k=256,n=256,g=4,tm=12,target=pallas", "tm=12 must be a multiple of 8 (target=pallas"},
+      {"k=256,n=256,g=4,op=tgmm,lhs_layout=km,tm=64,target=pallas",
+       "tm=64 must be a multiple of 128 (target=pallas: Mosaic blocks are made of whole 8x128 "
+       "tiles; tm is the minor dimension of the lhs [K, M] blocks)"},
+      // The backward kernels' own problems: dlhs contracts over N and writes K columns.
+      {"k=256,n=200,g=4,dlhs_tiling=128x100x128,target=pallas",
+       "dlhs_tiling tk=100 must be a multiple of 128 or equal to n=200"},
+      {"k=200,n=256,g=4,dlhs_tiling=128x128x100,target=pallas",
+       "dlhs_tiling tn=100 must be a multiple of 128 or equal to k=200"},
+      {"k=256,n=256,g=4,drhs_tiling=0x128x128,target=pallas",
+       "drhs_tiling tm=0 must be in [1, 8192]"},
+      {"k=256,n=256,g=4,dlhs_tiling=128x-8x128,target=pallas",
+       "dlhs_tiling tk=-8 must be in [1, 8192]"},
+      {"k=256,n=256,g=4,drhs_tiling=12x128x128,target=pallas",
+       "drhs_tiling tm=12 must be a multiple of 8"},
+      {"k=8192,n=8192,g=2,tm=4096,tk=4096,tn=4096,target=pallas",
+       "tiling=4096x4096x4096: the gmm kernel needs"},
+      {"k=8192,n=8192,g=2,drhs_tiling=4096x4096x4096,target=pallas",
+       "bytes of VMEM, above the 16777216 Mosaic allows by default"},
+      {"k=256,n=256,g=4,lhs=f16,target=pallas", "not supported yet for target=pallas: lhs=f16"},
+      {"k=256,n=256,g=4,out=f16,target=pallas", "not supported yet for target=pallas: out=f16"},
+      {"k=256,n=256,g=4,lhs=f8e4m3,rhs=f8e4m3,lhs_quant=block:128,rhs_quant=block:128x128,"
+       "target=pallas",
+       "not supported yet for target=pallas: lhs=f8e4m3 (quantized operands"},
+      {"k=256,n=256,g=4,isa=avx2,target=pallas", "isa=avx2 applies to target=cpp only"},
+      // The VJP tilings belong to Pallas gmm modules only.
+      {"k=256,n=256,g=4,dlhs_tiling=128x128x128",
+       "dlhs_tiling=128x128x128 applies to op=gmm with target=pallas only"},
+      {"k=256,n=256,g=4,op=tgmm,target=pallas,drhs_tiling=128x128x128",
+       "drhs_tiling=128x128x128 applies to op=gmm with target=pallas only"},
+  };
+  for (const auto& [text, message] : cases) {
+    try {
+      validate(parse_text(text));
+      ADD_FAILURE() << text << " was accepted";
+    } catch (const SpecError& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos)
+          << text << " -> '" << e.what() << "', expected '" << message << "'";
+    }
+  }
+  for (const char* text : {"k=8,n=8,g=4,dlhs_tiling=1x2", "k=8,n=8,g=4,drhs_tiling=axbxc",
+                           "k=8,n=8,g=4,dlhs_tiling=8x8x8x8", "k=8,n=8,g=4,dlhs_tiling=8x8x"}) {
+    try {
+      parse_text(text);
+      ADD_FAILURE() << text << " was accepted";
+    } catch (const SpecError& e) {
+      EXPECT_NE(std::string(e.what()).find("is not a tiling TMxTKxTN"), std::string::npos)
+          << e.what();
+    }
+  }
+  // Partial blocks are fine: K and N need not be multiples of the tiles, and a tile may be the
+  // whole dimension.
+  for (const char* text :
+       {"k=200,n=129,g=4,tm=8,target=pallas", "k=200,n=129,g=4,tk=200,tn=129,target=pallas",
+        "k=64,n=40,g=4,tk=256,target=pallas", "k=256,n=256,g=4,drhs_tiling=8x128x128,target=pallas",
+        "k=200,n=129,g=8,g_local=3,op=tgmm,lhs_layout=km,transpose_rhs=1,out_mode=accumulate,"
+        "target=pallas",
+        "k=200,n=129,g=4,lhs=f32,rhs=bf16,out=bf16,out_mode=existing_out,target=pallas"})
+    EXPECT_NO_THROW(validate(parse_text(text))) << text;
+}
+
+// Defaults: megablox's (128, 128, 128) cut to K and N, for the forward and each backward kernel
+// in its own terms (dlhs: K = N, N = K).
+TEST(PallasSpec, DefaultTilingsComeFromTheTpuHeuristic) {
+  const KernelSpec s = parse_text("k=96,n=300,g=4,target=pallas");
+  EXPECT_EQ((Tiling{128, 96, 128}), s.tiling);
+  EXPECT_EQ((Tiling{128, 128, 96}), s.dlhs_tiling);
+  EXPECT_EQ((Tiling{128, 96, 128}), s.drhs_tiling);
+  EXPECT_EQ(s.tiling, default_tiling(s));
+  // The C++ target's defaults and canonical text are untouched: no VJP tilings.
+  const KernelSpec c = parse_text("k=96,n=300,g=4");
+  EXPECT_EQ((Tiling{0, 0, 0}), c.dlhs_tiling);
+  EXPECT_EQ(std::string::npos, to_text(c).find("dlhs_tiling"));
+  EXPECT_FALSE(to_json(c).contains("drhs_tiling"));
+  EXPECT_NE(c.tiling, s.tiling);
+}
+
+TEST(PallasSpec, VjpTilingsRoundTripThroughEveryForm) {
+  const KernelSpec d = parse_text("k=256,n=384,g=8,target=pallas,transpose_rhs=1");
+  const KernelSpec s = parse_text(
+      "k=256,n=384,g=8,target=pallas,transpose_rhs=1,dlhs_tiling=64x384x256,"
+      "drhs_tiling=256x128x384");
+  EXPECT_EQ((Tiling{64, 384, 256}), s.dlhs_tiling);
+  EXPECT_NE(
+      std::string::npos,
+      to_text(s).find(",tn=128,dlhs_tiling=64x384x256,drhs_tiling=256x128x384,transpose_rhs=1"))
+      << to_text(s);
+  EXPECT_EQ(s, parse_text(to_text(s)));
+  EXPECT_EQ(s, from_json(to_json(s)));
+  EXPECT_EQ("64x384x256", to_json(s)["dlhs_tiling"]);
+  // Names carry a VJP tiling only when it is not the default, and parse back either way.
+  EXPECT_EQ(std::string::npos, name_stem(d).find("_dl"));
+  EXPECT_EQ("gmm_bf16xbf16_f32_k256_n384_g8_t128x128x128_dl64x384x256_dr256x128x384_tr_pallas",
+            name_stem(s));
+  EXPECT_EQ(s, parse_kernel_name(kernel_name(s)).spec);
+  EXPECT_EQ(d, parse_kernel_name(kernel_name(d)).spec);
+  EXPECT_NE(spec_hash(s), spec_hash(d));
+  // JSON specs: a string TMxTKxTN.
+  EXPECT_EQ(s, from_json(nlohmann::ordered_json::parse(
+                   R"({"k": 256, "n": 384, "g": 8, "target": "pallas", "transpose_rhs": true,
+                       "dlhs_tiling": "64x384x256", "drhs_tiling": "256x128x384"})")));
+  EXPECT_THROW(
+      from_json(nlohmann::ordered_json::parse(
+          R"({"k": 256, "n": 384, "g": 8, "target": "pallas", "dlhs_tiling": [64, 384, 256]})")),
+      SpecError);
+}
+
+// A gmm module: one .py with the forward, dlhs and drhs kernels, each pallas_call with a cost
+// estimate from the manifest's cost model; the manifest lists the file and each call.
+TEST(PallasEmit, GmmModuleAndManifest) {
+  const KernelSpec s = parse_text(
+      "op=gmm,lhs=bf16,rhs=bf16,out=f32,k=512,n=768,g=16,g_local=4,tm=64,tk=256,tn=128,"
+      "dlhs_tiling=64x384x256,target=pallas,transpose_rhs=1,out_mode=accumulate");
+  const auto files = emit_set({s});
+  ASSERT_EQ(2u, files.size());
+  const std::string name = kernel_name(s);
+  EXPECT_EQ("pallas/" + name + ".py", files[0].path);
+  const std::string& py = files[0].content;
+  EXPECT_EQ(0u, py.find("# Generated by gmm-gen " + std::string(generator_version()) +
+                        " from template pallas/gmm.py.mustache. Do not edit.\n"));
+  EXPECT_NE(std::string::npos, py.find("SPEC = \"" + to_text(s) + "\""));
+  EXPECT_NE(std::string::npos, py.find("TILING = (64, 256, 128, 64, 384, 256, 128, 128, 128)"));
+  EXPECT_NE(std::string::npos, py.find("TRANSPOSE_RHS = True"));
+  EXPECT_NE(std::string::npos, py.find("OUT_MODE = \"accumulate\""));
+  // Two kernel bodies (gmm, tgmm), each pallas_call with its cost estimate; three configs.
+  EXPECT_EQ(2u, count_of(py, "pl.pallas_call("));
+  EXPECT_EQ(2u, count_of(py, "cost_estimate=kernel.cost(m),"));
+  for (const char* def :
+       {"def make_group_metadata(", "def gmm(", "def tgmm(", "def differentiable_gmm(",
+        "_GMM = _Kernel(", "_DLHS = _Kernel(", "_DRHS = _Kernel("})
+    EXPECT_EQ(1u, count_of(py, def)) << def;
+  // The backward kernels in their own terms: dlhs reads dout (f32) and rhs read transposed.
+  const Cost fwd = cost_estimate(s);
+  KernelSpec dlhs = s;
+  dlhs.lhs = DType::kF32;
+  dlhs.out = DType::kBF16;
+  dlhs.k = 768;
+  dlhs.n = 512;
+  dlhs.transpose_rhs = false;
+  dlhs.out_mode = OutMode::kPlain;
+  const Cost dl = cost_estimate(dlhs);
+  const std::string dlhs_cfg = py.substr(py.find("_DLHS = _Kernel("), 600);
+  for (const std::string& line : std::initializer_list<std::string>{
+           "k=768,", "n=512,", "lhs_dtype=jnp.float32,", "rhs_dtype=jnp.bfloat16,",
+           "out_dtype=jnp.bfloat16,", "tm=64,", "tk=384,", "tn=256,", "transposed=False,",
+           "out_mode=\"plain\",", "flops_per_m=" + std::to_string(dl.flops.per_m) + ",",
+           "bytes_per_m=" + std::to_string(dl.bytes.per_m) + ","})
+    EXPECT_NE(std::string::npos, dlhs_cfg.find(line)) << line << "\n" << dlhs_cfg;
+  const std::string drhs_cfg = py.substr(py.find("_DRHS = _Kernel("), 600);
+  for (const char* line : {"op=\"tgmm\",", "lhs_dtype=jnp.bfloat16,", "rhs_dtype=jnp.float32,",
+                           "out_dtype=jnp.bfloat16,", "transposed=True,", "lhs_km=False,"})
+    EXPECT_NE(std::string::npos, drhs_cfg.find(line)) << line << "\n" << drhs_cfg;
+
+  const auto manifest = nlohmann::json::parse(files[1].content);
+  const auto& k = manifest["kernels"][0];
+  EXPECT_EQ(name, k["name"]);
+  EXPECT_EQ("pallas", k["target"]);
+  EXPECT_EQ(nlohmann::json::array({"pallas/" + name + ".py"}), k["files"]);
+  EXPECT_EQ("pallas/gmm.py.mustache", k["template"]);
+  EXPECT_EQ(fwd.flops.per_m, k["cost"]["flops"]["per_m"].get<int64_t>());
+  EXPECT_EQ(fwd.bytes.fixed, k["cost"]["bytes"]["fixed"].get<int64_t>());
+  EXPECT_EQ(dl.flops.per_m, k["pallas_calls"]["dlhs"]["cost"]["flops"]["per_m"].get<int64_t>());
+  EXPECT_EQ(384, k["pallas_calls"]["dlhs"]["tile"]["tk"].get<int64_t>());
+  EXPECT_EQ(3u, k["pallas_calls"].size());
+  EXPECT_GT(k["footprint"]["scratch_bytes_per_thread"].get<int64_t>(), 0);
+  EXPECT_LE(k["footprint"]["vmem_bytes"].get<int64_t>(), kMaxVmemBytes);
+  EXPECT_EQ(files.size(), emit_set({s}).size());
+  EXPECT_EQ(py, emit_set({s})[0].content);  // same spec, same bytes
+}
+
+// A tgmm module carries the tgmm kernel and the metadata builder only; its hash covers the
+// Pallas templates it is rendered from, not the C++ ones.
+TEST(PallasEmit, TgmmModuleAndTheTemplatesItUses) {
+  const KernelSpec s =
+      parse_text("op=tgmm,lhs=bf16,rhs=bf16,out=f32,k=512,n=768,g=8,lhs_layout=km,target=pallas");
+  Renderer r;
+  const auto files = target_of(s.target).render(s, {kernel_name(s), spec_hash(s)}, r);
+  ASSERT_EQ(1u, files.size());
+  const std::string& py = files[0].content;
+  EXPECT_EQ(1u, count_of(py, "pl.pallas_call("));
+  EXPECT_EQ(0u, count_of(py, "def gmm("));
+  EXPECT_EQ(0u, count_of(py, "differentiable_gmm"));
+  EXPECT_EQ(1u, count_of(py, "def tgmm("));
+  EXPECT_NE(std::string::npos, py.find("lhs_km=True,"));
+  EXPECT_NE(std::string::npos, py.find("TILING = (128, 128, 128)"));
+  for (const char* path : {"pallas/tgmm.py.mustache", "pallas/common.inc.mustache",
+                           "pallas/metadata.inc.mustache", "pallas/tgmm_kernel.inc.mustache"})
+    EXPECT_TRUE(r.used().count(path)) << path;
+  for (const auto& path : r.used()) EXPECT_FALSE(path.starts_with("cpp/")) << path;
+  EXPECT_FALSE(r.used().count("pallas/gmm_kernel.inc.mustache"));
+  // Bundles hold C++ kernels.
+  EXPECT_THROW(emit_set({s}, "bundle"), SpecError);
+}
+
+}  // namespace
+}  // namespace gmmgen
