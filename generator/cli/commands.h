@@ -33,5 +33,6 @@ Command add_list(CLI::App& app);
 Command add_verify(CLI::App& app);
 Command add_cache(CLI::App& app);
 Command add_bench(CLI::App& app);
+Command add_tune(CLI::App& app);
 
 }  // namespace gmmgen::cli

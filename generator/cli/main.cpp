@@ -11,8 +11,8 @@ int main(int argc, char** argv) {
                ": generates grouped-matmul (MoE) kernels"};
   app.require_subcommand(1);
   app.footer("Run 'gmm-gen <command> --help' for a command's options and an example.");
-  const Command commands[] = {add_emit(app),   add_describe(app), add_list(app),
-                              add_verify(app), add_bench(app),    add_cache(app)};
+  const Command commands[] = {add_emit(app),  add_describe(app), add_list(app), add_verify(app),
+                              add_bench(app), add_tune(app),     add_cache(app)};
   try {
     app.parse(argc, argv);
     for (const Command& c : commands)

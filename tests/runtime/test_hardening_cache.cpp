@@ -113,6 +113,15 @@ class HardeningCache : public ::testing::Test {
 
 // --- Item 2: nothing is installed that does not load; bad entries heal. ---
 
+TEST_F(HardeningCache, TuningTablesAreNeitherListedNorClearedWithKernels) {
+  fs::create_directories(dir_ / "tuning");
+  std::ofstream(dir_ / "tuning" / "cpu.json") << "{}";
+  DiskCache cache(dir_);
+  for (const auto& l : cache.list()) EXPECT_NE("tuning", l.key);
+  cache.clear();
+  EXPECT_TRUE(fs::exists(dir_ / "tuning" / "cpu.json"));
+}
+
 TEST_F(HardeningCache, TruncatedObjectFromCompilerIsNeverInstalledAndHeals) {
   setenv("GMMGEN_CXX",
          fake_compiler("truncating-cxx",

@@ -20,6 +20,7 @@
 #include "gmmgen/heuristics.h"
 #include "gmmgen/templates.h"
 #include "jit/jit_cache.h"
+#include "tuning/tables.h"
 
 namespace gmmgen {
 namespace fs = std::filesystem;
@@ -71,7 +72,8 @@ struct Runtime::Impl {
   fs::path cache_dir;
   Registry registry;
   JitCache jit;
-  const TuningSource* tuning = nullptr;  // no tuning tables yet
+  tuning::Tables tuning_tables{tuning::default_sources(cache_dir), log,
+                               [this](const std::string& m) { say("%s", m.c_str()); }};
 
   mutable std::shared_mutex table_mutex;
   std::unordered_map<KernelSpec, TableEntry, SpecKeyHash> table;
@@ -361,7 +363,8 @@ KernelSpec Runtime::gmm_spec(const TensorView& lhs, const TensorView& rhs,
   s.transpose_rhs = o.transpose_rhs;
   s.out_mode = o.existing_out ? (o.accumulate ? OutMode::kAccumulate : OutMode::kExistingOut)
                               : OutMode::kPlain;
-  s.tiling = select_tiling(s, o.tiling, impl_->tuning, 0).tiling;
+  apply_choice(s, select_tiling(s, o.tiling, &impl_->tuning_tables,
+                                tuning::rows_per_group(group_sizes, o.group_offset, s.g_local)));
   return s;
 }
 
@@ -412,7 +415,8 @@ KernelSpec Runtime::tgmm_spec(const TensorView& lhs, const TensorView& rhs,
   s.transpose_rhs = o.transpose_out;
   s.lhs_layout = o.lhs_transposed ? LhsLayout::kKM : LhsLayout::kMK;
   s.out_mode = o.existing_out ? OutMode::kAccumulate : OutMode::kPlain;
-  s.tiling = select_tiling(s, o.tiling, impl_->tuning, 0).tiling;
+  apply_choice(s, select_tiling(s, o.tiling, &impl_->tuning_tables,
+                                tuning::rows_per_group(group_sizes, o.group_offset, s.g_local)));
   return s;
 }
 

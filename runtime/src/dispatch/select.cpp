@@ -6,10 +6,15 @@ namespace gmmgen {
 
 TilingChoice select_tiling(const KernelSpec& problem, const std::optional<Tiling>& override,
                            const TuningSource* tables, double rows_per_group) {
-  if (override) return {*override, TilingSource::kOverride, ""};
+  if (override) return {*override, TilingSource::kOverride, "", std::nullopt};
   if (tables)
     if (auto tuned = tables->lookup(problem, rows_per_group)) return *tuned;
-  return {default_tiling(problem), TilingSource::kHeuristic, ""};
+  return {default_tiling(problem), TilingSource::kHeuristic, "", std::nullopt};
+}
+
+void apply_choice(KernelSpec& spec, const TilingChoice& choice) {
+  spec.tiling = choice.tiling;
+  if (choice.isa) spec.isa = *choice.isa;
 }
 
 }  // namespace gmmgen

@@ -4,6 +4,7 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
 
 #include "gmmgen/spec.h"
 
@@ -14,7 +15,8 @@ enum class TilingSource { kOverride, kTable, kHeuristic };
 struct TilingChoice {
   Tiling tiling;
   TilingSource source = TilingSource::kHeuristic;
-  std::string entry;  // which table entry (for logs), when source is kTable
+  std::string_view entry;  // which table entry (for logs; owned by the source), when kTable
+  std::optional<Isa> isa;  // a table entry's ISA family, when it names one this CPU runs
 };
 
 // Where tuned tilings come from (tuning tables; DESIGN §5).
@@ -28,5 +30,8 @@ class TuningSource {
 
 TilingChoice select_tiling(const KernelSpec& problem, const std::optional<Tiling>& override,
                            const TuningSource* tables, double rows_per_group);
+
+// Puts a choice into the call's spec: its tiling, and a table entry's ISA family if it has one.
+void apply_choice(KernelSpec& spec, const TilingChoice& choice);
 
 }  // namespace gmmgen

@@ -235,6 +235,9 @@ std::vector<DiskCache::Listing> DiskCache::list() const {
     for (const auto& e : fs::directory_iterator(root_)) {
       const std::string name = e.path().filename().string();
       if (name.empty() || name[0] == '.') continue;
+      // tuning/ holds the tables `gmm-gen tune` writes: measurements, not compiled kernels, so
+      // neither listed nor cleared with them.
+      if (name == "tuning") continue;
       Listing l;
       l.key = name;
       // Never followed: a link planted here (to / say) is not an entry, whatever it points to.

@@ -1,0 +1,265 @@
+// gmm-gen tune, run as a user runs it: a tiny sweep writes a table the runtime then uses, a CSV
+// and a well-formed SVG; a repeated sweep compiles nothing; the budget stops a sweep; option
+// errors name the option and the rule and write nothing.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "gmmgen/heuristics.h"
+#include "gmmgen/runtime.hpp"
+#include "jit/toolchain.h"
+#include "tuning/table.h"
+
+namespace gmmgen {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kSpec = "op=gmm,lhs=f32,rhs=f32,out=f32,k=32,n=32,g=2";
+
+class TuneCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() /
+           ("gmmgen_tune_" + std::string(info->name()) + "_" + std::to_string(getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "out");
+    setenv("GMMGEN_CACHE_DIR", (dir_ / "cache").c_str(), 1);
+    unsetenv("GMMGEN_TUNING_DIR");
+  }
+  void TearDown() override {
+    unsetenv("GMMGEN_TUNING_DIR");
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  ProcessResult tune(std::vector<std::string> args) {
+    args.insert(args.begin(), {GMMGEN_CLI, "tune"});
+    return run_process(args);
+  }
+  static std::string read(const fs::path& p) {
+    std::ifstream in(p);
+    std::stringstream s;
+    s << in.rdbuf();
+    return s.str();
+  }
+  fs::path dir_;
+};
+
+// RFC 4180 fields of one CSV line.
+std::vector<std::string> csv_fields(const std::string& line) {
+  std::vector<std::string> out(1);
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    const char c = line[i];
+    if (quoted && c == '"' && i + 1 < line.size() && line[i + 1] == '"') {
+      out.back() += '"', ++i;
+    } else if (c == '"') {
+      quoted = !quoted;
+    } else if (c == ',' && !quoted) {
+      out.emplace_back();
+    } else {
+      out.back() += c;
+    }
+  }
+  return out;
+}
+
+// Every element opened is closed, in order; the document is one <svg> element.
+void expect_well_formed_svg(const std::string& svg) {
+  ASSERT_EQ(0u, svg.find("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<svg "));
+  std::vector<std::string> open;
+  const std::regex tag(R"(<(/?)([A-Za-z][A-Za-z0-9:-]*)[^<>]*?(/?)>)");
+  size_t elements = 0;
+  std::string rest = svg.substr(svg.find("<svg"));
+  for (std::sregex_iterator it(rest.begin(), rest.end(), tag), end; it != end; ++it) {
+    const auto& m = *it;
+    if (m[1] == "/") {
+      ASSERT_FALSE(open.empty()) << "</" << m[2] << "> closes nothing";
+      ASSERT_EQ(open.back(), m[2].str()) << "</" << m[2] << "> closes <" << open.back() << ">";
+      open.pop_back();
+      if (open.empty()) {  // the root closes last: only a newline follows
+        ASSERT_EQ(rest.size(), size_t(m.position() + m.length() + 1));
+      }
+    } else if (m[3] != "/") {
+      open.push_back(m[2]);
+    }
+    ++elements;
+  }
+  EXPECT_TRUE(open.empty());
+  EXPECT_GT(elements, 20u);
+  // Text is escaped: no bare '<' or '&' outside tags and entities.
+  EXPECT_EQ(std::string::npos, std::regex_replace(svg, std::regex("&[a-z]+;"), "").find('&'));
+}
+
+TEST_F(TuneCli, TinySweepWritesTableCsvSvgThatTheRuntimeUses) {
+  const fs::path table = dir_ / "out" / "table.json", csv = dir_ / "out" / "s.csv",
+                 svg = dir_ / "out" / "s.svg";
+  const std::vector<std::string> args{"--spec",    kSpec,
+                                      "--m",       "64",
+                                      "--space",   "tm=16,32;tk=32;tn=32",
+                                      "-j",        "2",
+                                      "--threads", "1",
+                                      "--reps",    "1",
+                                      "--table",   table.string(),
+                                      "--csv",     csv.string(),
+                                      "--svg",     svg.string()};
+  ProcessResult r = tune(args);
+  ASSERT_EQ(0, r.status) << r.output;
+  // Not a terminal: one line per variant, the heuristic's first.
+  EXPECT_NE(r.output.find("[1/3] tm=256,tk=32,tn=32 (heuristic)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[3/3] tm="), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("32.0 rows/group (bucket [32, 64)); 3 candidates"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("top 3 of 3 timed"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("speed-up: over the heuristic's tm=256,tk=32,tn=32"), std::string::npos)
+      << r.output;
+
+  // The table: one entry for the problem and the bucket, the fastest of the three.
+  const tuning::Table t = tuning::parse_table(read(table), table.string());
+  ASSERT_EQ(1u, t.entries.size());
+  const tuning::Entry& e = t.entries[0];
+  const KernelSpec problem = parse_text(kSpec);
+  EXPECT_TRUE(SameProblem{}(problem, e.spec));
+  EXPECT_EQ((tuning::Bucket{32, 64}), e.rows_per_group);
+  EXPECT_GT(e.gflops, 0);
+  EXPECT_GT(e.baseline_gflops, 0);
+  EXPECT_GE(e.gflops, e.baseline_gflops);
+  EXPECT_EQ(std::string(to_string(host_isa())), t.device.isa);
+  EXPECT_EQ(64, e.m);
+
+  // The CSV: a header and one row per variant, all checked correct.
+  std::istringstream lines(read(csv));
+  std::string line;
+  std::getline(lines, line);
+  const std::vector<std::string> header = csv_fields(line);
+  ASSERT_EQ(16u, header.size()) << line;
+  EXPECT_EQ("problem", header[0]);
+  int rows = 0;
+  double best = 0;
+  while (std::getline(lines, line)) {
+    const auto f = csv_fields(line);
+    ASSERT_EQ(header.size(), f.size()) << line;
+    EXPECT_EQ(tuning::problem_text(problem), f[0]);
+    EXPECT_EQ("ok", f[9]) << line;
+    EXPECT_EQ("32", f[6]);
+    best = std::max(best, std::stod(f[10]));
+    ++rows;
+  }
+  EXPECT_EQ(3, rows);
+  EXPECT_NEAR(best, e.gflops, 0.06);
+
+  // The SVG: well formed, labelled, one winner, a colour scale.
+  const std::string s = read(svg);
+  expect_well_formed_svg(s);
+  for (const char* text : {"tk = 32", "tm (rows per tile)", "tn (columns per tile)", "GFLOP/s",
+                           "linearGradient", "class=\"scale\"", "class=\"heuristic\""})
+    EXPECT_NE(s.find(text), std::string::npos) << text;
+  EXPECT_NE(s.find("\u2605 "), std::string::npos);  // the winner's star
+  size_t winners = 0;
+  for (size_t p = s.find("class=\"winner\""); p != std::string::npos;
+       p = s.find("class=\"winner\"", p + 1))
+    ++winners;
+  EXPECT_EQ(1u, winners);
+
+  // A later call of the problem in the bucket uses the entry (and says so with GMMGEN_LOG).
+  setenv("GMMGEN_TUNING_DIR", (dir_ / "out").c_str(), 1);
+  RuntimeOptions o;
+  o.log = true;
+  testing::internal::CaptureStderr();
+  Runtime rt(o);
+  std::vector<float> lhs(64 * 32), rhs(2 * 32 * 32), out(64 * 32);
+  const std::vector<int32_t> sizes{30, 34};
+  const KernelSpec used = rt.gmm_spec(TensorView::matrix(lhs.data(), DType::kF32, 64, 32),
+                                      TensorView::batch(rhs.data(), DType::kF32, 2, 32, 32), sizes,
+                                      TensorView::matrix(out.data(), DType::kF32, 64, 32));
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(e.spec.tiling, used.tiling);
+  EXPECT_NE(log.find("at 32.0 rows/group: " + std::string("tm=") +
+                     std::to_string(e.spec.tiling.tm) + ",tk=32,tn=32 from " + table.string()),
+            std::string::npos)
+      << log;
+
+  // Again: every kernel comes from the disk cache, and the table is merged (still one entry).
+  r = tune(args);
+  ASSERT_EQ(0, r.status) << r.output;
+  EXPECT_EQ(std::string::npos, r.output.find("compiled")) << r.output;
+  EXPECT_NE(r.output.find("(cached)"), std::string::npos) << r.output;
+  EXPECT_EQ(1u, tuning::parse_table(read(table), "t").entries.size());
+
+  // A budget of 1 s: the first batch (the heuristic's tiling and tm=128, a compile) is always
+  // compiled and the heuristic's tiling timed; what would end past the budget does not run.
+  r = tune({"--spec", kSpec, "--m", "64", "--space", "tm=16,32,64,128;tk=32;tn=32", "-j", "2",
+            "--threads", "1", "--reps", "1", "--budget", "1", "--table", table.string()});
+  ASSERT_EQ(0, r.status) << r.output;
+  EXPECT_NE(r.output.find("stopped at the budget"), std::string::npos) << r.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex(R"(of (\d+) timed \(5 candidates\))")))
+      << r.output;
+  EXPECT_LT(std::stoi(m[1]), 5) << r.output;
+  EXPECT_NE(r.output.find("[1/5] tm=256,tk=32,tn=32 (heuristic)"), std::string::npos) << r.output;
+}
+
+TEST_F(TuneCli, OptionErrorsNameTheOptionAndTheRuleAndWriteNothing) {
+  const fs::path corrupt = dir_ / "out" / "corrupt.json";
+  std::ofstream(corrupt) << "{\"version\": 1";
+  const std::pair<std::vector<std::string>, std::string> cases[] = {
+      {{"--space", "tm=16;tx=3"}, "--space 'tm=16;tx=3': key 'tx' is not one of tm, tk, tn"},
+      {{"--space", "tm=16,abc"}, "tm value 'abc' is not an integer in [1, 8192]"},
+      {{"--space", "tm=0"}, "tm value '0' is not an integer in [1, 8192]"},
+      {{"--space", "tm=16;tm=32"}, "tm is given twice"},
+      {{"--space", "tm"}, "'tm' is not KEY=V1,V2,..."},
+      {{"--space", "tm=16;"}, "'' is not KEY=V1,V2,..."},
+      {{"--isa", "sse9"}, "--isa"},
+      {{"--m", "0"}, "--m=0 must be in [1, 2^31)"},
+      {{"-j", "-1"}, "-j -1 must be in [1, 256]"},
+      {{"-j", "0"}, "-j 0 must be in [1, 256]"},
+      {{"--budget", "0"}, "--budget 0.0 must be a number of seconds > 0"},
+      {{"--budget", "-5"}, "--budget -5.0 must be a number of seconds > 0"},
+      {{"--reps", "0"}, "--reps 0 must be in [1, 1000]"},
+      {{"--threads", "-2"}, "--threads -2 must be in [1, 4096]"},
+      {{"--dist", "pareto"}, "--dist pareto is not one of: uniform, zipf, tiny, decode"},
+      {{"--dist", "sizes:1,2,3"}, "3 sizes given, the spec has g=2"},
+      {{"--csv", (dir_ / "missing" / "x.csv").string()}, "does not exist"},
+      {{"--svg", (dir_ / "out").string()}, "is a folder; name a file"},
+      {{"--table", corrupt.string()}, "exists and is not a tuning table"},
+  };
+  for (const auto& [extra, message] : cases) {
+    std::vector<std::string> args{"--spec", kSpec};
+    if (extra[0] != "--space") args.insert(args.end(), {"--space", "tm=16;tk=32;tn=32"});
+    args.insert(args.end(), extra.begin(), extra.end());
+    const ProcessResult r = tune(args);
+    EXPECT_NE(0, r.status) << message;
+    EXPECT_NE(r.output.find(message), std::string::npos) << "expected: " << message << "\n"
+                                                         << r.output;
+  }
+  const std::pair<std::string, std::string> specs[] = {
+      {"op=gmm,k=32,n=32,g=4,g_local=2", "g_local=2 < g=4: tune times unsharded problems only"},
+      {"op=gmm,k=32,n=128,g=4,target=pallas,lhs=f32,rhs=f32",
+       "target=pallas: tune times C++ kernels"},
+      {"op=gmm,k=0,n=32,g=4", "k=0"},
+  };
+  for (const auto& [spec, message] : specs) {
+    const ProcessResult r = tune({"--spec", spec, "--space", "tm=16"});
+    EXPECT_NE(0, r.status) << spec;
+    EXPECT_NE(r.output.find(message), std::string::npos) << "expected: " << message << "\n"
+                                                         << r.output;
+  }
+  const ProcessResult help = tune({"--help"});
+  EXPECT_EQ(0, help.status);
+  EXPECT_NE(help.output.find("Example"), std::string::npos) << help.output;
+  // Nothing compiled, nothing written.
+  EXPECT_FALSE(fs::exists(dir_ / "cache"));
+  EXPECT_EQ("{\"version\": 1", read(corrupt));
+  size_t files = 0;
+  for (const auto& f : fs::directory_iterator(dir_ / "out")) files += f.path() != corrupt;
+  EXPECT_EQ(0u, files);
+}
+
+}  // namespace
+}  // namespace gmmgen

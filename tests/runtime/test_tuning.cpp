@@ -1,0 +1,509 @@
+// Tuning tables (DESIGN §5): the format (parse, write, merge, match, buckets), where the runtime
+// finds tables and in which order, tables it must ignore, and dispatch through a table entry.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <set>
+
+#include "gmmgen/heuristics.h"
+#include "gmmgen/runtime.hpp"
+#include "gmmgen/verify/reference.h"
+#include "tuning/table.h"
+#include "tuning/tables.h"
+
+namespace gmmgen {
+namespace {
+
+namespace fs = std::filesystem;
+using tuning::Bucket;
+using tuning::Table;
+using tuning::TableError;
+
+KernelSpec problem(int64_t k, int64_t n, int64_t g, Op op = Op::kGmm) {
+  KernelSpec s;
+  s.op = op;
+  s.lhs = s.rhs = s.out = DType::kF32;
+  s.k = k, s.n = n, s.g = s.g_local = g;
+  s.tiling = default_tiling(s);
+  return s;
+}
+
+tuning::Entry entry(KernelSpec s, Tiling t, Bucket b, double gflops = 10, double base = 8) {
+  s.tiling = t;
+  tuning::Entry e;
+  e.spec = s;
+  e.rows_per_group = b;
+  e.gflops = gflops, e.baseline_gflops = base;
+  return e;
+}
+
+Table table_of(std::vector<tuning::Entry> entries) {
+  Table t;
+  t.device = {"Test CPU", std::string(to_string(host_isa())), "g++ test"};
+  t.entries = std::move(entries);
+  return t;
+}
+
+TEST(TuningTable, WritesAndReadsBack) {
+  KernelSpec tr = problem(64, 48, 4);
+  tr.transpose_rhs = true;
+  tr.isa = Isa::kGeneric;
+  KernelSpec tg = problem(32, 16, 8, Op::kTgmm);
+  tg.lhs_layout = LhsLayout::kKM;
+  tg.out_mode = OutMode::kAccumulate;
+  const Table t =
+      table_of({entry(tr, {16, 32, 16}, {16, 32}, 123.45, 100.04),
+                entry(tg, {64, 32, 16}, {512, std::numeric_limits<double>::infinity()})});
+  const std::string text = tuning::dump_table(t);
+  EXPECT_NE(text.find("\"rows_per_group\": [\n        512,\n        null"), std::string::npos)
+      << text;
+  EXPECT_NE(text.find("\"isa\": \"generic\""), std::string::npos) << text;
+  const Table back = tuning::parse_table(text, "t.json");
+  EXPECT_EQ(t.device, back.device);
+  ASSERT_EQ(2u, back.entries.size());
+  for (size_t i = 0; i < 2; ++i) {
+    EXPECT_EQ(t.entries[i].spec, back.entries[i].spec) << i;
+    EXPECT_EQ(t.entries[i].rows_per_group, back.entries[i].rows_per_group) << i;
+  }
+  EXPECT_DOUBLE_EQ(123.5, back.entries[0].gflops);  // one decimal is written
+  EXPECT_DOUBLE_EQ(100.0, back.entries[0].baseline_gflops);
+  // The problem is written with problem fields only: no tiling or ISA keys inside it.
+  const auto j = nlohmann::json::parse(text);
+  for (const auto& e : j["entries"])
+    for (const char* key : {"tm", "tk", "tn", "isa", "target"})
+      EXPECT_FALSE(e["problem"].contains(key)) << key;
+  EXPECT_EQ(tuning::dump_table(back), text);
+}
+
+TEST(TuningTable, MatchesProblemAndBucketOnly) {
+  const KernelSpec a = problem(64, 48, 4);
+  KernelSpec a_t = a;
+  a_t.transpose_rhs = true;
+  const Table t = table_of({entry(a, {16, 32, 16}, {16, 32}), entry(a, {32, 64, 48}, {32, 64}),
+                            entry(a_t, {8, 8, 8}, {0, 1e9})});
+  KernelSpec call = a;
+  call.tiling = {1, 2, 3};  // the call's tiling and ISA play no part
+  call.isa = Isa::kGeneric;
+  ASSERT_NE(nullptr, tuning::match(t, call, 16.0));
+  EXPECT_EQ((Tiling{16, 32, 16}), tuning::match(t, call, 16.0)->spec.tiling);
+  EXPECT_EQ((Tiling{16, 32, 16}), tuning::match(t, call, 31.99)->spec.tiling);
+  EXPECT_EQ((Tiling{32, 64, 48}), tuning::match(t, call, 32.0)->spec.tiling);  // [lo, hi)
+  EXPECT_EQ(nullptr, tuning::match(t, call, 15.9));
+  EXPECT_EQ(nullptr, tuning::match(t, call, 64.0));
+  EXPECT_EQ((Tiling{8, 8, 8}), tuning::match(t, a_t, 3)->spec.tiling);
+  EXPECT_EQ(nullptr, tuning::match(t, problem(64, 48, 8), 16.0));  // another G
+  EXPECT_EQ(nullptr, tuning::match(t, problem(64, 48, 4, Op::kTgmm), 16.0));
+}
+
+TEST(TuningTable, MergeReplacesOverlappingEntriesOfTheSameProblem) {
+  const KernelSpec a = problem(64, 48, 4), b = problem(128, 48, 4);
+  Table into = table_of({entry(a, {16, 32, 16}, {16, 32}), entry(a, {32, 32, 16}, {32, 64}),
+                         entry(b, {64, 64, 16}, {16, 32})});
+  Table from = table_of({entry(a, {128, 64, 48}, {16, 32}, 99, 50)});
+  from.device.compiler = "clang++ test";
+  tuning::merge(into, from);
+  ASSERT_EQ(3u, into.entries.size());
+  EXPECT_EQ("clang++ test", into.device.compiler);
+  EXPECT_EQ((Tiling{128, 64, 48}), tuning::match(into, a, 20)->spec.tiling);
+  EXPECT_EQ((Tiling{32, 32, 16}), tuning::match(into, a, 40)->spec.tiling);  // kept
+  EXPECT_EQ((Tiling{64, 64, 16}), tuning::match(into, b, 20)->spec.tiling);  // another problem
+  // A wider bucket replaces every entry it overlaps.
+  tuning::merge(into, table_of({entry(a, {8, 8, 16}, {0, 1000})}));
+  ASSERT_EQ(2u, into.entries.size());
+  EXPECT_EQ((Tiling{8, 8, 16}), tuning::match(into, a, 40)->spec.tiling);
+}
+
+TEST(TuningTable, BucketsAndRowsPerGroup) {
+  EXPECT_EQ((Bucket{0, 1}), tuning::bucket_of(0));
+  EXPECT_EQ((Bucket{0, 1}), tuning::bucket_of(0.5));
+  EXPECT_EQ((Bucket{1, 2}), tuning::bucket_of(1));
+  EXPECT_EQ((Bucket{16, 32}), tuning::bucket_of(16));
+  EXPECT_EQ((Bucket{16, 32}), tuning::bucket_of(31.999));
+  EXPECT_EQ((Bucket{512, 1024}), tuning::bucket_of(512));
+  EXPECT_EQ("[16, 32)", tuning::to_string(Bucket{16, 32}));
+  EXPECT_EQ("[0, inf)", tuning::to_string(Bucket{}));
+  const std::vector<int32_t> sizes{10, 0, 30, 20};
+  EXPECT_DOUBLE_EQ(15.0, tuning::rows_per_group(sizes, 0, 4));
+  EXPECT_DOUBLE_EQ(25.0, tuning::rows_per_group(sizes, 2, 2));  // the active groups only
+  EXPECT_DOUBLE_EQ(0.0, tuning::rows_per_group(sizes, 1, 1));
+  // Arguments the kernel will reject never make it read out of bounds.
+  EXPECT_DOUBLE_EQ(10.0, tuning::rows_per_group(sizes, 3, 2));
+  EXPECT_DOUBLE_EQ(0.0, tuning::rows_per_group(sizes, -5, 2));
+  EXPECT_DOUBLE_EQ(0.0, tuning::rows_per_group(sizes, 9, 2));
+  EXPECT_DOUBLE_EQ(10.0, tuning::rows_per_group(std::vector<int32_t>{-7, 20}, 0, 2));
+  EXPECT_DOUBLE_EQ(0.0, tuning::rows_per_group(sizes, 0, 0));
+}
+
+// A table text with one entry whose parts can be replaced.
+std::string table_text(const std::string& entry_json, const std::string& version = "1") {
+  return "{\"version\": " + version +
+         ", \"device\": {\"cpu\": \"c\", \"isa\": \"generic\", \"compiler\": \"x\"}, "
+         "\"entries\": [" +
+         entry_json + "]}";
+}
+const std::string kProblem =
+    "{\"op\": \"gmm\", \"lhs\": \"f32\", \"rhs\": \"f32\", \"out\": \"f32\", \"k\": 64, "
+    "\"n\": 48, \"g\": 4}";
+std::string entry_json(const std::string& problem = kProblem,
+                       const std::string& tiling = "{\"tm\": 16, \"tk\": 32, \"tn\": 16}",
+                       const std::string& bucket = "[16, 32]") {
+  return "{\"problem\": " + problem + ", \"rows_per_group\": " + bucket +
+         ", \"tiling\": " + tiling + "}";
+}
+
+TEST(TuningTable, RejectsWhatItCannotReadNamingTheRule) {
+  const Table ok = tuning::parse_table(table_text(entry_json()), "ok.json");
+  ASSERT_EQ(1u, ok.entries.size());
+  EXPECT_EQ((Tiling{16, 32, 16}), ok.entries[0].spec.tiling);
+  EXPECT_EQ(problem(64, 48, 4).k, ok.entries[0].spec.k);
+
+  const std::pair<std::string, std::string> bad[] = {
+      {"{\"version\": 1, \"device\": ", "bad.json: not JSON"},
+      {"[1, 2]", "not a gmm-gen tuning table"},
+      {table_text(entry_json(), "2"), "version 2; this gmm-gen reads tuning tables of version 1"},
+      {table_text(entry_json(), "\"1\""), "version \"1\""},
+      {"{\"version\": 1, \"version\": 1}", "key 'version' appears twice"},
+      {std::string(100, '[') + std::string(100, ']'), "nested deeper than 64"},
+      {"{\"version\": 1, \"entries\": []}", "key 'device' is missing"},
+      {"{\"version\": 1, \"device\": {\"cpu\": \"c\", \"isa\": 3, \"compiler\": \"x\"}, "
+       "\"entries\": []}",
+       "'isa' must be a string"},
+      {table_text("7"), "entries[0] must be an object"},
+      {table_text(entry_json("{\"k\": 64, \"n\": 48, \"g\": 4, \"tm\": 8}")),
+       "problem key 'tm' is not a problem field"},
+      {table_text(entry_json("{\"k\": 64, \"n\": 48, \"g\": 4, \"colour\": 1}")),
+       "unknown spec key 'colour'"},
+      {table_text(entry_json("{\"k\": \"64\", \"n\": 48, \"g\": 4}")),
+       "spec key 'k' must be a JSON integer"},
+      {table_text(entry_json("{\"n\": 48, \"g\": 4}")), "spec key 'k' is required"},
+      {table_text(entry_json(kProblem, "{\"tm\": 0, \"tk\": 32, \"tn\": 16}")), "tm=0 must be"},
+      {table_text(entry_json(kProblem, "{\"tm\": 16, \"tk\": 32}")), "key 'tn' is missing"},
+      {table_text(entry_json(kProblem, "{\"tm\": 16, \"tk\": 32, \"tn\": 8, \"tx\": 1}")),
+       "tiling key 'tx' is not one of tm, tk, tn"},
+      {table_text(entry_json(kProblem, "{\"tm\": 16, \"tk\": 32, \"tn\": 16}", "[32, 16]")),
+       "must have 0 <= lo < hi"},
+      {table_text(entry_json(kProblem, "{\"tm\": 16, \"tk\": 32, \"tn\": 16}", "[1]")),
+       "'rows_per_group' must be [lo, hi]"},
+      {table_text(entry_json(kProblem, "{\"tm\": 16, \"tk\": 32, \"tn\": 16}", "[\"a\", 2]")),
+       "must be a finite number"},
+  };
+  for (const auto& [text, message] : bad) {
+    try {
+      tuning::parse_table(text, "bad.json");
+      ADD_FAILURE() << "accepted: " << text;
+    } catch (const TableError& e) {
+      EXPECT_NE(std::string(e.what()).find(message), std::string::npos)
+          << e.what() << "\nexpected: " << message;
+      EXPECT_EQ(0u, std::string(e.what()).find("bad.json")) << e.what();
+    }
+  }
+  // With `skipped`, an entry that breaks its own rules is left out; the others are read.
+  std::vector<std::string> skipped;
+  const Table some = tuning::parse_table(
+      table_text(entry_json() + ", " + entry_json(kProblem, "{\"tm\": -1, \"tk\": 1, \"tn\": 1}")),
+      "some.json", &skipped);
+  EXPECT_EQ(1u, some.entries.size());
+  ASSERT_EQ(1u, skipped.size());
+  EXPECT_NE(skipped[0].find("some.json: entries[1]"), std::string::npos) << skipped[0];
+}
+
+// ---- Where the runtime finds tables
+// --------------------------------------------------------------
+
+class TuningDirs : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
+    dir_ = fs::temp_directory_path() /
+           ("gmmgen_tuning_" + std::string(info->name()) + "_" + std::to_string(getpid()));
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ / "env");
+    fs::create_directories(dir_ / "cache" / "tuning");
+    setenv("GMMGEN_CACHE_DIR", (dir_ / "cache").c_str(), 1);
+    unsetenv("GMMGEN_TUNING_DIR");
+    unsetenv("GMMGEN_DISABLE_JIT");
+  }
+  void TearDown() override {
+    unsetenv("GMMGEN_TUNING_DIR");
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  static void write(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
+  // A tables object over the env folder, the cache folder and one "shipped" text.
+  struct Loaded {
+    std::vector<std::string> info, warnings;
+    std::unique_ptr<tuning::Tables> tables;
+  };
+  std::unique_ptr<Loaded> load(const std::string& shipped) {
+    auto l = std::make_unique<Loaded>();
+    std::vector<tuning::TableSource> sources{
+        {"GMMGEN_TUNING_DIR=" + (dir_ / "env").string(), dir_ / "env", {}},
+        {(dir_ / "cache" / "tuning").string(), dir_ / "cache" / "tuning", {}}};
+    sources.push_back({"shipped:test.json", {}, shipped_text_ = shipped});
+    Loaded* raw = l.get();
+    l->tables = std::make_unique<tuning::Tables>(
+        sources, true, [raw](const std::string& m) { raw->info.push_back(m); },
+        [raw](const std::string& m) { raw->warnings.push_back(m); });
+    return l;
+  }
+  static std::string host_table(const std::vector<tuning::Entry>& entries) {
+    return tuning::dump_table(table_of(entries));
+  }
+  fs::path dir_;
+  std::string shipped_text_;
+};
+
+TEST_F(TuningDirs, FirstMatchWinsInOrderEnvCacheShipped) {
+  const KernelSpec a = problem(64, 48, 4);
+  write(dir_ / "env" / "b.json", host_table({entry(a, {16, 16, 16}, {16, 32})}));
+  write(dir_ / "env" / "a.json", host_table({entry(a, {32, 32, 32}, {16, 24})}));  // name order
+  write(dir_ / "cache" / "tuning" / "t.json",
+        host_table({entry(a, {64, 64, 48}, {0, 1000}), entry(a, {1, 1, 1}, {16, 32})}));
+  write(dir_ / "cache" / "tuning" / "notes.txt", "not a table: not read");
+  write(dir_ / "cache" / "tuning" / ".hidden.json", "{");
+  auto l = load(host_table({entry(a, {8, 8, 8}, {0, 1e9})}));
+  const auto at = [&](double rows) { return l->tables->lookup(a, rows)->tiling; };
+  EXPECT_EQ((Tiling{32, 32, 32}), at(20));   // env/a.json
+  EXPECT_EQ((Tiling{16, 16, 16}), at(30));   // env/b.json
+  EXPECT_EQ((Tiling{64, 64, 48}), at(100));  // the cache's table
+  EXPECT_EQ((Tiling{8, 8, 8}), at(5000));    // shipped
+  EXPECT_EQ(TilingSource::kTable, l->tables->lookup(a, 20)->source);
+  EXPECT_FALSE(l->tables->lookup(problem(64, 48, 8), 20));  // no entry: the heuristic
+  EXPECT_EQ(5u, l->tables->size());
+  EXPECT_TRUE(l->warnings.empty()) << l->warnings[0];
+  // GMMGEN_LOG: which entry a call used, once per problem and entry.
+  for (int i = 0; i < 3; ++i) l->tables->lookup(a, 20);
+  int used = 0;
+  for (const auto& m : l->info)
+    used += m.find("tuning: " + tuning::problem_text(a) +
+                   " at 20.0 rows/group: tm=32,tk=32,tn=32 "
+                   "from " +
+                   (dir_ / "env" / "a.json").string()) == 0;
+  EXPECT_EQ(1, used);
+  bool miss = false;
+  for (const auto& m : l->info)
+    miss |= m.find("no table entry; the heuristic's tm=") != std::string::npos;
+  EXPECT_TRUE(miss);
+}
+
+// The index compares problems exactly: one entry per problem, each differing from another in
+// one problem field only, and every problem field of the field table is among those varied (a
+// new problem field fails here until it is added).
+TEST_F(TuningDirs, EveryProblemFieldTellsEntriesApart) {
+  const std::string base = "lhs=f8e4m3,rhs=f8e4m3,out=f32,k=64,n=48,g=4,g_local=4";
+  const std::vector<std::string> texts = {
+      "op=gmm," + base,
+      "op=tgmm," + base,
+      "op=tgmm,lhs_layout=km," + base,
+      "op=gmm,lhs=bf16,rhs=f8e4m3,out=f32,k=64,n=48,g=4,g_local=4",
+      "op=gmm,lhs=f8e4m3,rhs=bf16,out=f32,k=64,n=48,g=4,g_local=4",
+      "op=gmm,lhs=f8e4m3,rhs=f8e4m3,out=bf16,k=64,n=48,g=4,g_local=4",
+      "op=gmm,lhs_quant=tensor," + base,
+      "op=gmm,rhs_quant=tensor," + base,
+      "op=gmm,lhs=f8e4m3,rhs=f8e4m3,out=f32,k=128,n=48,g=4,g_local=4",
+      "op=gmm,lhs=f8e4m3,rhs=f8e4m3,out=f32,k=64,n=64,g=4,g_local=4",
+      "op=gmm,lhs=f8e4m3,rhs=f8e4m3,out=f32,k=64,n=48,g=8,g_local=4",
+      "op=gmm,lhs=f8e4m3,rhs=f8e4m3,out=f32,k=64,n=48,g=4,g_local=2",
+      "op=gmm,transpose_rhs=1," + base,
+      "op=gmm,out_mode=accumulate," + base};
+  std::vector<KernelSpec> specs;
+  std::vector<tuning::Entry> entries;
+  for (size_t i = 0; i < texts.size(); ++i) {
+    specs.push_back(parse_text(texts[i]));
+    ASSERT_NO_THROW(validate(specs.back())) << texts[i];
+    entries.push_back(entry(specs.back(), {int64_t(i + 1), 16, 16}, {0, 100}));
+  }
+  std::set<std::string> varied;
+  for (size_t a = 0; a < specs.size(); ++a)
+    for (size_t b = a + 1; b < specs.size(); ++b) {
+      std::vector<std::string> differ;
+      for (const SpecField& f : spec_fields())
+        if (f.role == FieldRole::kProblem && field_text(f, specs[a]) != field_text(f, specs[b]))
+          differ.push_back(std::string(f.key));
+      if (differ.size() == 1) varied.insert(differ[0]);
+    }
+  for (const SpecField& f : spec_fields())
+    if (f.role == FieldRole::kProblem) {
+      EXPECT_TRUE(varied.count(std::string(f.key)))
+          << "no two entries differ in " << f.key << " alone";
+    }
+  write(dir_ / "env" / "all.json", host_table(entries));
+  auto l = load(host_table({}));
+  for (size_t i = 0; i < specs.size(); ++i) {
+    KernelSpec call = specs[i];
+    call.tiling = {7, 7, 7};  // the call's tiling and family play no part
+    call.isa = Isa::kGeneric;
+    const auto c = l->tables->lookup(call, 10);
+    ASSERT_TRUE(c) << texts[i];
+    EXPECT_EQ(int64_t(i + 1), c->tiling.tm) << texts[i];
+  }
+  EXPECT_TRUE(l->warnings.empty()) << l->warnings[0];
+}
+
+TEST_F(TuningDirs, CorruptAndForeignTablesAreIgnoredWithAWarning) {
+  const KernelSpec a = problem(64, 48, 4);
+  write(dir_ / "env" / "1-truncated.json",
+        host_table({entry(a, {16, 16, 16}, {0, 100})}).substr(0, 60));
+  write(dir_ / "env" / "2-foreign.json", "{\"version\": 7, \"something\": \"else\"}");
+  write(dir_ / "env" / "3-binary.json", std::string("\x7f"
+                                                    "ELF\x02\x01\x01\0\0",
+                                                    9));
+  write(dir_ / "env" / "4-bad-entry.json",
+        table_text(entry_json(kProblem, "{\"tm\": 99999, \"tk\": 1, \"tn\": 1}", "[0, 100]")));
+  write(dir_ / "env" / "5-bad-isa.json",
+        "{\"version\": 1, \"device\": {\"cpu\": \"c\", \"isa\": \"sse9\", \"compiler\": \"x\"}, "
+        "\"entries\": []}");
+  fs::create_directories(dir_ / "env" / "6-folder.json");
+  write(dir_ / "cache" / "tuning" / "good.json", host_table({entry(a, {64, 64, 48}, {0, 1000})}));
+  auto l = load("not json at all");
+  const auto choice = l->tables->lookup(a, 50);
+  ASSERT_TRUE(choice);
+  EXPECT_EQ((Tiling{64, 64, 48}), choice->tiling);
+  const auto warned = [&](const std::string& what) {
+    for (const auto& w : l->warnings)
+      if (w.find(what) != std::string::npos) return true;
+    return false;
+  };
+  std::string all;
+  for (const auto& w : l->warnings) all += w + "\n";
+  EXPECT_TRUE(warned("1-truncated.json: not JSON")) << all;
+  EXPECT_TRUE(warned("2-foreign.json: version 7")) << all;
+  EXPECT_TRUE(warned("3-binary.json: not JSON")) << all;
+  EXPECT_TRUE(warned("tuning table entry ignored: " + (dir_ / "env" / "4-bad-entry.json").string() +
+                     ": entries[0]: tm=99999"))
+      << all;
+  EXPECT_TRUE(warned("5-bad-isa.json: device.isa")) << all;
+  EXPECT_TRUE(warned("6-folder.json is not a regular file")) << all;
+  EXPECT_TRUE(warned("shipped:test.json: not JSON")) << all;
+  EXPECT_EQ(7u, l->warnings.size()) << all;
+}
+
+TEST_F(TuningDirs, TablesForAFamilyThisCpuCannotRunAreSkipped) {
+  Isa missing = Isa::kNative;
+  for (const IsaFamily& f : isa_families())
+    if (!host_supports(f.isa)) missing = f.isa;
+  if (missing == Isa::kNative) GTEST_SKIP() << "this CPU runs every family";
+  const KernelSpec a = problem(64, 48, 4);
+  Table t = table_of({entry(a, {16, 16, 16}, {0, 100})});
+  t.device.isa = std::string(to_string(missing));
+  write(dir_ / "env" / "other.json", tuning::dump_table(t));
+  auto l = load(host_table({}));
+  EXPECT_FALSE(l->tables->lookup(a, 50));
+  EXPECT_TRUE(l->warnings.empty());
+  bool said = false;
+  for (const auto& m : l->info)
+    said |= m.find("which this CPU cannot run: skipped") != std::string::npos;
+  EXPECT_TRUE(said);
+}
+
+// ---- Dispatch through a table
+// --------------------------------------------------------------------
+
+struct Call {
+  int64_t m = 61, k = 40, n = 24, g = 3;
+  std::vector<float> lhs, rhs, out;
+  std::vector<int32_t> sizes{20, 0, 38};  // 58 rows in groups: 19.3 rows per group
+  Call() {
+    std::mt19937_64 rng(7);
+    std::uniform_real_distribution<float> u(-1, 1);
+    lhs.resize(size_t(m * k));
+    rhs.resize(size_t(g * k * n));
+    for (auto& v : lhs) v = u(rng);
+    for (auto& v : rhs) v = u(rng);
+    out.assign(size_t(m * n), std::nanf(""));
+  }
+  TensorView l() { return TensorView::matrix(lhs.data(), DType::kF32, m, k); }
+  TensorView r() { return TensorView::batch(rhs.data(), DType::kF32, g, k, n); }
+  TensorView o() { return TensorView::matrix(out.data(), DType::kF32, m, n); }
+  void expect_correct() const {
+    GmmProblem p;
+    p.m = m, p.k = k, p.n = n, p.num_groups = p.num_local_groups = int32_t(g);
+    p.group_sizes = sizes;
+    p.lhs.assign(lhs.begin(), lhs.end());
+    p.rhs.assign(rhs.begin(), rhs.end());
+    const ReferenceResult ref = reference_gmm(p);
+    for (int64_t i = 0; i < m * n; ++i)
+      ASSERT_NEAR(ref.out[size_t(i)], out[size_t(i)], 1e-5 * (1 + ref.abs_dot[size_t(i)]))
+          << "element " << i;
+  }
+};
+
+TEST_F(TuningDirs, DispatchUsesTheTableEntryAndStaysCorrect) {
+  Call c;
+  const KernelSpec a = problem(c.k, c.n, c.g);
+  const Tiling tuned{8, 16, 8};
+  ASSERT_NE(tuned, default_tiling(a));
+  const KernelSpec tg = problem(c.k, c.n, c.g, Op::kTgmm);
+  write(dir_ / "cache" / "tuning" / "host.json",
+        host_table({entry(a, tuned, {16, 32}), entry(tg, {32, 8, 8}, {0, 1e9})}));
+  // GMMGEN_TUNING_DIR comes first; its tgmm entry names an explicit family, which the spec takes
+  // (generic runs on every CPU).
+  tuning::Entry generic = entry(tg, {16, 8, 8}, {0, 1e9});
+  generic.spec.isa = Isa::kGeneric;
+  write(dir_ / "env" / "generic.json", host_table({generic}));
+  setenv("GMMGEN_TUNING_DIR", (dir_ / "env").c_str(), 1);
+  RuntimeOptions o;
+  o.num_threads = 2, o.log = true;
+  testing::internal::CaptureStderr();
+  Runtime rt(o);
+  EXPECT_EQ(tuned, rt.gmm_spec(c.l(), c.r(), c.sizes, c.o()).tiling);
+  rt.gmm(c.l(), c.r(), c.sizes, c.o());
+  const std::string log = testing::internal::GetCapturedStderr();
+  EXPECT_NE(
+      log.find("tuning: " + tuning::problem_text(a) + " at 19.3 rows/group: tm=8,tk=16,tn=8 from " +
+               (dir_ / "cache" / "tuning" / "host.json").string() + " rows_per_group [16, 32)"),
+      std::string::npos)
+      << log;
+  c.expect_correct();
+  EXPECT_EQ(1, rt.stats().compiles);
+
+  // Other group sizes in the same bucket: the entry; outside it: the heuristic.
+  const std::vector<int32_t> other{40, 10, 11};  // 20.3 rows per group
+  EXPECT_EQ(tuned, rt.gmm_spec(c.l(), c.r(), other, c.o()).tiling);
+  const std::vector<int32_t> few{1, 2, 3};
+  EXPECT_EQ(default_tiling(a), rt.gmm_spec(c.l(), c.r(), few, c.o()).tiling);
+  // Sharded: the mean is over the active groups of this shard.
+  const std::vector<int32_t> wide{0, 0, 0, 20, 0, 38};  // G = 6, groups 3..5 held
+  GmmOptions shard;
+  shard.group_offset = 3;
+  KernelSpec sharded = rt.gmm_spec(c.l(), c.r(), wide, c.o(), shard);
+  EXPECT_EQ(6, sharded.g);
+  EXPECT_EQ(default_tiling(sharded), sharded.tiling);  // another problem (G=6, G_local=3)
+  // The caller's override wins over the table.
+  GmmOptions over;
+  over.tiling = Tiling{4, 8, 8};
+  EXPECT_EQ(*over.tiling, rt.gmm_spec(c.l(), c.r(), c.sizes, c.o(), over).tiling);
+  // tgmm: the GMMGEN_TUNING_DIR entry, with its ISA family.
+  std::vector<float> dw(size_t(c.g * c.k * c.n));
+  const KernelSpec t =
+      rt.tgmm_spec(c.l(), TensorView::matrix(c.out.data(), DType::kF32, c.m, c.n), c.sizes,
+                   TensorView::batch(dw.data(), DType::kF32, c.g, c.k, c.n));
+  EXPECT_EQ((Tiling{16, 8, 8}), t.tiling);
+  EXPECT_EQ(Isa::kGeneric, t.isa);
+}
+
+TEST_F(TuningDirs, CorruptTableInTheCacheNeverChangesAResult) {
+  Call c;
+  write(dir_ / "cache" / "tuning" / "broken.json", "{\"version\": 1, \"device\": {");
+  RuntimeOptions o;
+  o.num_threads = 2;
+  testing::internal::CaptureStderr();
+  Runtime rt(o);
+  rt.gmm(c.l(), c.r(), c.sizes, c.o());
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(err.find("gmm-gen: warning: tuning table ignored: " +
+                     (dir_ / "cache" / "tuning" / "broken.json").string() + ": not JSON"),
+            std::string::npos)
+      << err;
+  c.expect_correct();
+  EXPECT_EQ(default_tiling(problem(c.k, c.n, c.g)),
+            rt.gmm_spec(c.l(), c.r(), c.sizes, c.o()).tiling);
+}
+
+}  // namespace
+}  // namespace gmmgen
