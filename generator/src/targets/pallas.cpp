@@ -166,15 +166,15 @@ class PallasTarget final : public Target {
               s.transpose_rhs ? "stored [G_local, N, K]: transpose_rhs" : "stored [G_local, K, N]");
       static const char* kRows[] = {
           "zero",
-          "left as existing_out has them (the output aliases existing_out; active rows are "
-          "overwritten)",
-          "left as existing_out has them, and active rows add the product to existing_out (the "
-          "output aliases it)"};
+          ("left as existing_out has them (the output aliases existing_out; active rows are "
+           "overwritten)"),
+          ("left as existing_out has them, and active rows add the product to existing_out (the "
+           "output aliases it)")};
       static const char* kExisting[] = {
           "None: rows outside the active groups are zero",
           "required, [M, N]: rows outside the active groups keep its values",
-          "required, [M, N]: each row is its row plus the product (zero outside the active "
-          "groups)"};
+          ("required, [M, N]: each row is its row plus the product (zero outside the active "
+           "groups)")};
       ctx.set("out_mode_doc", std::string(kRows[int(s.out_mode)]));
       ctx.set("existing_doc", std::string(kExisting[int(s.out_mode)]));
       ctx.set("gmm_tiling_py", py_tuple(s.tiling));
