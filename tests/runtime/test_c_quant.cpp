@@ -15,6 +15,7 @@
 
 #include "gmmgen/runtime.hpp"
 #include "gmmgen/runtime_c.h"
+#include "private_runtime.h"
 
 namespace {
 
@@ -25,9 +26,8 @@ constexpr double kU = 0x1p-24;  // f32 unit roundoff
 class CQuant : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/gmmgen_c_quant_XXXXXX";
-    ASSERT_NE(nullptr, mkdtemp(tmpl));
-    dir_ = tmpl;
+    dir_ = gmmgen::testing::make_private_dir("gmmgen_c_quant");
+    ASSERT_FALSE(dir_.empty()) << "mkdtemp failed";
     setenv("GMMGEN_CACHE_DIR", dir_.c_str(), 1);
     ASSERT_EQ(GMMGEN_OK, gmmgen_runtime_create(&rt_, err_, sizeof err_)) << err_;
   }

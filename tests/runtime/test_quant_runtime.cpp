@@ -15,31 +15,14 @@
 #include "gmmgen/quantize.hpp"
 #include "gmmgen/runtime.hpp"
 #include "gmmgen/verify/numeric.h"
+#include "private_runtime.h"
 
 namespace gmmgen {
 namespace {
 
 namespace fs = std::filesystem;
 
-class QuantRuntime : public ::testing::Test {
- protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/gmmgen_quant_rt_XXXXXX";
-    ASSERT_NE(nullptr, mkdtemp(tmpl));
-    dir_ = tmpl;
-    RuntimeOptions o;
-    o.cache_dir = dir_;
-    o.num_threads = 2;
-    rt_ = std::make_unique<Runtime>(o);
-  }
-  void TearDown() override {
-    rt_.reset();
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  fs::path dir_;
-  std::unique_ptr<Runtime> rt_;
-};
+class QuantRuntime : public testing::PrivateRuntimeTest {};
 
 // A quantized [rows, cols] matrix (or `batch` of them, one after the other): codes, scales and
 // the exact decoded values.

@@ -21,6 +21,7 @@
 #include "gmmgen/codes.h"
 #include "gmmgen/quantize.hpp"
 #include "gmmgen/runtime.hpp"
+#include "private_runtime.h"
 
 namespace gmmgen {
 namespace {
@@ -29,25 +30,7 @@ namespace fs = std::filesystem;
 
 constexpr double kU = 0x1p-24;  // f32 unit roundoff
 
-class QuantVjpTest : public ::testing::Test {
- protected:
-  void SetUp() override {
-    char tmpl[] = "/tmp/gmmgen_quant_vjp_XXXXXX";
-    ASSERT_NE(nullptr, mkdtemp(tmpl));
-    dir_ = tmpl;
-    RuntimeOptions o;
-    o.cache_dir = dir_;
-    o.num_threads = 2;
-    rt_ = std::make_unique<Runtime>(o);
-  }
-  void TearDown() override {
-    rt_.reset();
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-  fs::path dir_;
-  std::unique_ptr<Runtime> rt_;
-};
+class QuantVjpTest : public testing::PrivateRuntimeTest {};
 
 std::vector<float> randn(int64_t count, double amp, std::mt19937_64& rng) {
   std::normal_distribution<double> d(0.0, amp);
