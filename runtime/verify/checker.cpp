@@ -30,10 +30,6 @@ int64_t ceil_div(int64_t a, int64_t b) {
 int64_t round_up(int64_t a, int64_t b) {
   return ceil_div(a, b) * b;
 }
-bool is_fp8(DType d) {
-  return d == DType::kF8E4M3 || d == DType::kF8E5M2;
-}
-
 // A buffer of `count` elements of dtype d (codes for quantized dtypes, sub-byte ones packed),
 // 64-byte aligned.
 struct Buffer {
@@ -110,18 +106,18 @@ class CodeSource {
   // |value| <= 2, as activations stored unscaled do, and draws its largest magnitudes (+-qmax)
   // now and then when `allow_max` (products of those could overflow an f16 output).
   CodeSource(DType d, bool exact, bool scaled, bool allow_max)
-      : by_value_(is_fp8(d) && !exact),
-        extremes_now_and_then_(allow_max && is_fp8(d) && !scaled && !exact) {
+      : by_value_(codes::is_fp8(d) && !exact),
+        extremes_now_and_then_(allow_max && codes::is_fp8(d) && !scaled && !exact) {
     const int count = 1 << bits_of(d);
     for (int c = 0; c < count; ++c) {
       const uint8_t code = uint8_t(c);
       const double v = codes::decode(d, code);
-      if (is_fp8(d) ? std::isnan(v) : v != 0) garbage_.push_back(code);
+      if (codes::is_fp8(d) ? std::isnan(v) : v != 0) garbage_.push_back(code);
       if (!valid(d, code, v)) continue;
       if (v == 0 && !std::signbit(v) && zero_ < 0) zero_ = c;
       if (std::fabs(v) == codes::qmax(d)) extremes_.push_back(code);
       const bool keep = exact ? v == std::nearbyint(v) && std::fabs(v) <= 16
-                              : scaled || !is_fp8(d) || std::fabs(v) <= 2;
+                              : scaled || !codes::is_fp8(d) || std::fabs(v) <= 2;
       if (keep) {
         pool_.push_back(code);
         by_value_pool_.emplace_back(v, code);
@@ -259,7 +255,7 @@ struct Operand {
 
   // A NaN in element (b, r, c): a NaN value, or an fp8 NaN code.
   void set_nan(int64_t b, int64_t r, int64_t c) {
-    if (is_fp8(data.dtype))
+    if (codes::is_fp8(data.dtype))
       data.set_code(layout.index(b, r, c), kFp8NaN);
     else
       data.set(layout.index(b, r, c), kNaN);
@@ -562,7 +558,7 @@ struct Check {
           const int64_t at = l.index(b, r, cc);
           double& v = op.values[size_t(l.logical(b, r, cc))];
           if (!readable(r)) {
-            op.data.set_code(at, is_fp8(d) ? kFp8NaN : src.draw(rng));
+            op.data.set_code(at, codes::is_fp8(d) ? kFp8NaN : src.draw(rng));
             v = kNaN;
             continue;
           }

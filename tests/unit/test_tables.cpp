@@ -148,6 +148,17 @@ std::vector<std::string> header_struct_fields(const std::string& header, const s
   return fields;
 }
 
+// Every field of gmmgen_kernel_info is set by name in the kernels' info partial: a field added to
+// the header and forgotten there would silently stay zero in every kernel.
+TEST(AbiTables, InfoPartialSetsEveryKernelInfoField) {
+  const std::string header = read_file("runtime/include/gmmgen/kernel_abi.h");
+  const std::string info = read_file("templates/cpp/common/info.inc.mustache");
+  const std::vector<std::string> fields = header_struct_fields(header, "gmmgen_kernel_info");
+  ASSERT_GT(fields.size(), 10u);
+  for (const std::string& f : fields)
+    EXPECT_NE(std::string::npos, info.find("  i." + f + " = ")) << f << " is never set";
+}
+
 // The backticked identifiers in the first column of the README table between two markers.
 std::vector<std::string> readme_names(const std::string& readme, const std::string& from,
                                       const std::string& to) {

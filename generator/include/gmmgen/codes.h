@@ -29,34 +29,27 @@ inline int elements_per_byte(DType d) {
   return bits_of(d) >= 8 ? 1 : 8 / bits_of(d);
 }
 
-// Whether d stores codes that need the dtype's decoding (every dtype but f32, bf16, f16).
+// Whether d stores codes that need the dtype's decoding: every dtype of 8 bits or fewer (fp8,
+// integers, codebooks); f32, bf16 and f16 are plain values.
 inline bool is_quantized(DType d) {
-  return d != DType::kF32 && d != DType::kBF16 && d != DType::kF16;
+  return dtype_info(d).bits <= 8;
+}
+
+// fp8 e4m3 and e5m2: codes that are floating-point values of their own.
+inline bool is_fp8(DType d) {
+  return is_quantized(d) && dtype_info(d).kind == DTypeKind::kFloat;
 }
 
 // Whether codes of d carry no meaning without scales (integer and codebook codes; fp8 values
 // stand on their own).
 inline bool needs_scales(DType d) {
-  return is_quantized(d) && d != DType::kF8E4M3 && d != DType::kF8E5M2;
+  return dtype_info(d).kind != DTypeKind::kFloat;
 }
 
-// The largest |decoded value|: what absmax calibration maps the block's amax to.
+// The largest |decoded value| of a quantized dtype (the table's largest finite value): what
+// absmax calibration maps the block's amax to. Infinite for plain float dtypes.
 inline double qmax(DType d) {
-  switch (d) {
-    case DType::kI8:
-      return 127.0;
-    case DType::kI4:
-      return 7.0;
-    case DType::kT2:
-    case DType::kNF4:
-      return 1.0;
-    case DType::kF8E4M3:
-      return 448.0;
-    case DType::kF8E5M2:
-      return 57344.0;
-    default:
-      return std::numeric_limits<double>::infinity();
-  }
+  return is_quantized(d) ? dtype_info(d).max_finite : std::numeric_limits<double>::infinity();
 }
 
 // The code of element i of a buffer of codes of `bits` bits (8, 4 or 2).

@@ -30,6 +30,14 @@ enum class DType : int32_t { GMMGEN_DTYPES(GMMGEN_DTYPE_CPP_ENUM_) };
 inline constexpr int kNumDTypes = GMMGEN_DTYPE_COUNT_;
 enum class QuantKind { kNone, kTensor, kChannel, kBlock };
 enum class OutMode { kPlain, kExistingOut, kAccumulate };
+// The kernel ABI's codes are these enums' values (targets index code tables by them).
+static_assert(int(QuantKind::kNone) == GMMGEN_QUANT_NONE &&
+              int(QuantKind::kTensor) == GMMGEN_QUANT_TENSOR &&
+              int(QuantKind::kChannel) == GMMGEN_QUANT_CHANNEL &&
+              int(QuantKind::kBlock) == GMMGEN_QUANT_BLOCK);
+static_assert(int(OutMode::kPlain) == GMMGEN_OUT_PLAIN &&
+              int(OutMode::kExistingOut) == GMMGEN_OUT_EXISTING &&
+              int(OutMode::kAccumulate) == GMMGEN_OUT_ACCUMULATE);
 enum class TargetKind { kCpp, kPallas };
 // ISA families of the C++ target (generator/src/heuristics/cpu_x86.cpp describes each);
 // native is the best family of the machine that compiles the kernel.
@@ -172,6 +180,9 @@ std::string_view to_string(TargetKind v);
 std::string_view to_string(Isa v);
 std::string_view to_string(LhsLayout v);
 std::string to_string(const Quant& q);
+// A value from the user, for an error message: at most ~100 characters (longer ones are cut and
+// say how long they were), control characters escaped.
+std::string quote_value(std::string_view v);
 DType parse_dtype(std::string_view s, std::string_view param);
 Isa parse_isa(std::string_view s, std::string_view param);
 

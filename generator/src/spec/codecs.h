@@ -27,9 +27,7 @@ struct FieldCodec {
   nlohmann::json::value_t json_type;
 };
 
-// A value from the user, for an error message: at most ~100 characters (longer ones are cut and
-// say how long they were), control characters escaped.
-std::string quote_value(std::string_view v);
+// quote_value (a user's value for an error message) is declared in gmmgen/spec.h.
 
 // Enum values: the name in specs and the token in kernel names ("" for the default's token,
 // which names leave out, or a short form for names with '_').

@@ -90,7 +90,7 @@ void validate(const KernelSpec& s) {
          "summed exactly in i32");
   if (s.op == Op::kTgmm)
     for (auto [p, d] : {std::pair{"lhs", s.lhs}, std::pair{"rhs", s.rhs}})
-      if (d == DType::kNF4 || d == DType::kT2)
+      if (!(dtype_info(d).uses & kUseLhs))  // weight formats (nf4, t2)
         fail(std::string(p) + "=" + std::string(to_string(d)) +
              ": tgmm takes activations and gradients, not a weight format");
 

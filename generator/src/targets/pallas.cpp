@@ -98,7 +98,7 @@ class PallasTarget final : public Target {
       if (codes::is_quantized(d))
         not_yet(std::string(p) + "=" + std::string(to_string(d)),
                 "quantized operands: the Pallas modules take f32 and bf16");
-      if (d != DType::kF32 && d != DType::kBF16)
+      else if (dtype_info(d).jnp.empty())
         not_yet(std::string(p) + "=" + std::string(to_string(d)),
                 "TPU matmuls take f32 and bf16, as megablox's kernels do");
     }

@@ -4,6 +4,7 @@
 #include <optional>
 #include <span>
 
+#include "api/c_errors.h"
 #include "gmmgen/codes.h"
 #include "gmmgen/heuristics.h"
 #include "gmmgen/quantize.hpp"
@@ -16,35 +17,7 @@ struct gmmgen_runtime {
 
 namespace {
 
-int report(char* err, size_t err_len, int code, const char* msg) {
-  if (err && err_len) {
-    std::strncpy(err, msg, err_len - 1);
-    err[err_len - 1] = '\0';
-  }
-  return code;
-}
-
-int guarded(char* err, size_t err_len, const std::function<void()>& fn) {
-  try {
-    fn();
-    if (err && err_len) err[0] = '\0';
-    return GMMGEN_OK;
-  } catch (const gmmgen::InvalidArgument& e) {
-    return report(err, err_len, GMMGEN_ERR_INVALID_ARGUMENT, e.what());
-  } catch (const gmmgen::SpecError& e) {
-    return report(err, err_len, GMMGEN_ERR_INVALID_ARGUMENT, e.what());
-  } catch (const gmmgen::CompileError& e) {
-    return report(err, err_len, GMMGEN_ERR_COMPILE, e.what());
-  } catch (const gmmgen::CacheError& e) {
-    return report(err, err_len, GMMGEN_ERR_CACHE, e.what());
-  } catch (const gmmgen::JitDisabledError& e) {
-    return report(err, err_len, GMMGEN_ERR_JIT_DISABLED, e.what());
-  } catch (const std::bad_alloc&) {
-    return report(err, err_len, GMMGEN_ERR_OUT_OF_MEMORY, "out of memory");
-  } catch (const std::exception& e) {
-    return report(err, err_len, GMMGEN_ERR_INTERNAL, e.what());
-  }
-}
+using gmmgen::c_api::guarded;
 
 gmmgen::TensorView view(const gmmgen_tensor* t, const char* what) {
   if (!t) throw gmmgen::InvalidArgument(std::string(what) + " is NULL");

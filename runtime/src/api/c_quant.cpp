@@ -4,33 +4,13 @@
 #include <new>
 #include <string>
 
+#include "api/c_errors.h"
 #include "gmmgen/quantize.hpp"
 #include "gmmgen/runtime_c.h"
 
 namespace {
 
-int report(char* err, size_t err_len, int code, const char* msg) {
-  if (err && err_len) {
-    std::strncpy(err, msg, err_len - 1);
-    err[err_len - 1] = '\0';
-  }
-  return code;
-}
-
-template <typename F>
-int guarded(char* err, size_t err_len, F&& fn) {
-  try {
-    fn();
-    if (err && err_len) err[0] = '\0';
-    return GMMGEN_OK;
-  } catch (const std::invalid_argument& e) {  // InvalidArgument and the spec parser's SpecError
-    return report(err, err_len, GMMGEN_ERR_INVALID_ARGUMENT, e.what());
-  } catch (const std::bad_alloc&) {
-    return report(err, err_len, GMMGEN_ERR_OUT_OF_MEMORY, "out of memory");
-  } catch (const std::exception& e) {
-    return report(err, err_len, GMMGEN_ERR_INTERNAL, e.what());
-  }
-}
+using gmmgen::c_api::guarded;
 
 gmmgen::DType dtype_of(int32_t code) {
   if (code < 0 || code >= GMMGEN_DTYPE_COUNT_)

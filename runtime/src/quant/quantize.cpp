@@ -30,29 +30,8 @@ std::string num(double v) {
   return std::string(buf, r.ptr);
 }
 
-// At most 100 characters of a caller's text, control characters escaped.
-std::string quoted(std::string_view s) {
-  std::string out;
-  for (const char c : s.substr(0, 100)) {
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
-      static constexpr char kHex[] = "0123456789abcdef";
-      out += "\\x";
-      out += kHex[(c >> 4) & 0xf];
-      out += kHex[c & 0xf];
-    } else {
-      out += c;
-    }
-  }
-  if (s.size() > 100) out += "... (" + std::to_string(s.size()) + " characters)";
-  return out;
-}
-
 int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
-}
-
-bool is_fp8(DType d) {
-  return d == DType::kF8E4M3 || d == DType::kF8E5M2;
 }
 
 // ---- Encoding: the inverse of codes::decode. -------------------------------------------------
@@ -70,7 +49,7 @@ struct Codec {
   double nf4_mid[15] = {};
   bool nf4_tie_up[15] = {};
   explicit Codec(DType d) : dtype(d), qmax(codes::qmax(d)) {
-    if (is_fp8(d)) {
+    if (codes::is_fp8(d)) {
       const DTypeInfo& i = dtype_info(d);
       precision = i.precision, emin = i.emin, max = i.max_finite;
       half_min_subnormal = std::ldexp(1.0, emin - precision);
@@ -267,7 +246,7 @@ void check_scheme(const Quant& q, DType d, const Calibration& c, const std::stri
   const std::string what = param + "=" + to_string(q);
   switch (q.kind) {
     case QuantKind::kNone:
-      if (!is_fp8(d))
+      if (!codes::is_fp8(d))
         fail(what + ": dtype=" + std::string(to_string(d)) +
              " needs scales (its codes are not values); use tensor, channel or block:B");
       if (c.kind != Calibration::Kind::kAbsmax)
@@ -548,7 +527,7 @@ Calibration parse_calibration(std::string_view text) {
   if (text == "absmax") return c;
   constexpr std::string_view kFixed = "fixed:";
   auto bad = [&](const std::string& why) -> Calibration {
-    fail("calibration=" + quoted(text) + why);
+    fail("calibration=" + quote_value(text) + why);
   };
   if (text.substr(0, kFixed.size()) != kFixed)
     return bad(" is not one of: absmax, fixed:LO:HI (e.g. fixed:-1.5:2)");
@@ -560,7 +539,7 @@ Calibration parse_calibration(std::string_view text) {
     double v = 0;
     const auto [ptr, ec] = std::from_chars(t.data(), t.data() + t.size(), v);
     if (t.empty() || ec != std::errc() || ptr != t.data() + t.size())
-      bad(std::string(": ") + which + "=" + quoted(t) + " is not a number");
+      bad(std::string(": ") + which + "=" + quote_value(t) + " is not a number");
     return v;
   };
   c.kind = Calibration::Kind::kFixed;
@@ -583,9 +562,9 @@ Quant parse_quant_scheme(std::string_view text) {
   } catch (const SpecError& e) {
     // "rhs_quant=<text> ..." or, about a part of it, "rhs_quant=<part> ...".
     std::string msg = e.what();
-    if (msg.rfind(f.key, 0) != 0) fail("scheme=" + quoted(text) + ": " + msg);
+    if (msg.rfind(f.key, 0) != 0) fail("scheme=" + quote_value(text) + ": " + msg);
     msg.erase(0, f.key.size() + 1);
-    const std::string whole = quoted(text);
+    const std::string whole = quote_value(text);
     if (msg.rfind(whole + " ", 0) == 0) fail("scheme=" + msg);
     fail("scheme=" + whole + ": " + msg);
   }
