@@ -15,6 +15,7 @@ namespace {
 
 struct BenchOptions {
   SpecOptions specs;
+  KernelFilter filter;
   std::string shapes, dist = "uniform", baseline, json, quant;
   int64_t m = 4096;
   int threads = 2, reps = 7;
@@ -90,21 +91,29 @@ int run_bench(const BenchOptions& o) {
                           {Op::kGmm, DType::kBF16, DType::kBF16, DType::kF32},
                           {Op::kTgmm, DType::kF32, DType::kF32, DType::kF32}};
     const auto names = o.shapes == "all" ? bench::standard_shape_names() : split(o.shapes);
+    size_t candidates = 0;  // --filter applies to the rows' kernels (a quantized row's float
+                            // counterpart runs with it, for `vs float`)
     if (!quant) {
       for (const Kind& k : kinds)
         for (const auto& name : names) {
           const bench::Shape s = bench::standard_shape(name, k.op, k.lhs, k.rhs, k.out);
-          jobs.push_back({s.spec, s.work, -1});
+          ++candidates;
+          if (o.filter.matches(s.spec)) jobs.push_back({s.spec, s.work, -1});
         }
     } else {
       for (const auto& name : names) {
         const bench::Shape s =
             bench::standard_shape(name, Op::kGmm, DType::kF32, DType::kF32, DType::kF32);
-        for (const auto& p : presets) add_quantized(jobs, bench::with_quant(s.spec, p), s.work);
+        for (const auto& p : presets) {
+          const KernelSpec q = bench::with_quant(s.spec, p);
+          ++candidates;
+          if (o.filter.matches(q)) add_quantized(jobs, q, s.work);
+        }
       }
     }
+    if (jobs.empty()) o.filter.no_match(candidates);
   } else {
-    for (const auto& spec : o.specs.specs()) {
+    for (const auto& spec : o.filter.apply(o.specs.specs())) {
       bench::Workload w;
       w.shape = "custom";
       w.m = o.m;
@@ -186,6 +195,7 @@ Command add_bench(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "bench", "Time kernels beside a per-group oneDNN/OpenBLAS baseline; GFLOP/s, ratio, % peak");
   o->specs.add_to(*cmd);
+  o->filter.add_to(*cmd);
   cmd->add_option("--shapes", o->shapes,
                   "Standard shapes (DESIGN §10): S1,S2,S3,S4 or all; runs gmm f32, gmm bf16 x "
                   "bf16 -> f32 and tgmm f32 on each");
@@ -217,6 +227,7 @@ Command add_bench(CLI::App& app) {
       "gmm-gen's kernel with both operands in that dtype, timed in the same run.\n"
       "Example:\n  gmm-gen bench --shapes all --threads 2 --json bench.json\n"
       "  gmm-gen bench --shapes S1,S3 --quant default\n"
+      "  gmm-gen bench --shapes all --filter 'gmm_bf16*'\n"
       "  gmm-gen bench --spec op=gmm,lhs=bf16,rhs=bf16,out=f32,k=2048,n=1408,g=64 --m 8192 "
       "--dist zipf");
   return {cmd, [o] { return run_bench(*o); }};

@@ -4,6 +4,7 @@
 #include <CLI/CLI.hpp>
 #include <functional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gmmgen/spec.h"
@@ -17,9 +18,34 @@ struct SpecOptions {
   std::vector<std::string> files;
   std::vector<std::pair<std::string, std::string>> flags;  // key=value pairs from flags
   void add_to(CLI::App& app);
-  // The selected specs (unvalidated). Throws SpecError.
+  // The selected specs (unvalidated), with the aliases spec files give them. Throws SpecError.
+  std::vector<SpecEntry> entries() const;
   std::vector<KernelSpec> specs() const;
 };
+
+// Exit statuses of every command: a check failed is a kernel that computed wrong results
+// (verify, bench, tune); invalid input or usage covers command-line parse errors, invalid specs
+// and option values, and a --filter that matches nothing.
+inline constexpr int kExitOk = 0, kExitCheckFailed = 1, kExitUsage = 2;
+
+// --filter PATTERN (emit, verify, bench, tune): kernel names to keep, as CUTLASS's kernel filter.
+// Comma-separated alternatives; `*` matches any run of characters and `?` one character, against
+// the whole name; an alternative without wildcards matches anywhere in the name (bf16 is *bf16*).
+struct KernelFilter {
+  std::string pattern;
+  void add_to(CLI::App& app);
+  bool given() const { return !pattern.empty(); }
+  // Whether kernel_name(spec), or the alias, matches (always, when no filter is given).
+  bool matches(const KernelSpec& spec, const std::string& alias = "") const;
+  // The specs that match, in order; InvalidArgument naming the pattern if none does.
+  std::vector<KernelSpec> apply(const std::vector<KernelSpec>& specs) const;
+  std::vector<SpecEntry> apply(const std::vector<SpecEntry>& entries) const;
+  // InvalidArgument naming the pattern; for a caller that filtered by itself and kept nothing.
+  [[noreturn]] void no_match(size_t candidates) const;
+};
+
+// Whether `name` matches the glob `pattern` (`*`, `?`; no escapes), as a whole.
+bool glob_match(std::string_view pattern, std::string_view name);
 
 // A subcommand: its parsed app and what runs it (returns the exit status).
 struct Command {

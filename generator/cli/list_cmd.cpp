@@ -1,10 +1,12 @@
 // gmm-gen list: the kernels of an emitted folder, from its manifest.json.
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "gmmgen/errors.hpp"
 
 namespace gmmgen::cli {
 
@@ -16,7 +18,9 @@ Command add_list(CLI::App& app) {
   cmd->footer("Example:\n  gmm-gen list generated/");
   return {cmd, [dir] {
             std::ifstream in(*dir + "/manifest.json");
-            if (!in) throw std::runtime_error(*dir + "/manifest.json cannot be read");
+            if (!in)
+              throw InvalidArgument((std::filesystem::path(*dir) / "manifest.json").string() +
+                                    " cannot be read: name a folder written by 'gmm-gen emit'");
             const auto m = nlohmann::ordered_json::parse(in);
             for (const auto& k : m["kernels"])
               std::cout << k["name"].get<std::string>() << "  " << k["spec"].get<std::string>()

@@ -1,16 +1,23 @@
 // gmm-gen: emits, describes, lists, verifies grouped-matmul kernels and manages their cache.
-// This file only dispatches; each subcommand lives in <name>_cmd.cpp.
+// This file only dispatches; each subcommand lives in <name>_cmd.cpp, and what gmm-gen says about
+// its own command line (--version, usage errors) in usage.h.
 #include <iostream>
 
 #include "commands.h"
-#include "gmmgen/templates.h"
+#include "usage.h"
 
 int main(int argc, char** argv) {
   using namespace gmmgen::cli;
   CLI::App app{"gmm-gen " + std::string(gmmgen::generator_version()) +
                ": generates grouped-matmul (MoE) kernels"};
   app.require_subcommand(1);
-  app.footer("Run 'gmm-gen <command> --help' for a command's options and an example.");
+  app.set_version_flag("--version", version_text(), "Print the version, kernel ABI and compilers");
+  app.footer(
+      "Run 'gmm-gen <command> --help' for a command's options and an example.\n"
+      "Exit status: 0 ok, 1 a check failed (a kernel computed wrong results) or the work could "
+      "not\n"
+      "be done (a compiler or file error), 2 invalid input or usage; verify: 77 nothing could "
+      "run.");
   const Command commands[] = {add_emit(app),  add_describe(app), add_list(app), add_verify(app),
                               add_bench(app), add_tune(app),     add_cache(app)};
   try {
@@ -18,13 +25,16 @@ int main(int argc, char** argv) {
     for (const Command& c : commands)
       if (c.app->parsed()) return c.run();
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return report_parse_error(app, e);
   } catch (const gmmgen::SpecError& e) {
     std::cerr << "gmm-gen: invalid spec: " << e.what() << "\n";
-    return 2;
+    return kExitUsage;
+  } catch (const std::invalid_argument& e) {  // InvalidArgument: an option's value, --filter
+    std::cerr << "gmm-gen: " << e.what() << "\n";
+    return kExitUsage;
   } catch (const std::exception& e) {
     std::cerr << "gmm-gen: " << e.what() << "\n";
-    return 1;
+    return kExitCheckFailed;
   }
-  return 0;
+  return kExitOk;
 }

@@ -44,6 +44,7 @@ std::string fixed(double v, int decimals) {
 
 struct TuneOptions {
   SpecOptions specs;
+  KernelFilter filter;
   std::string dist = "uniform", space, isa, table, csv, svg;
   int64_t m = 4096;
   int jobs = 0;       // unless given: the machine's cores
@@ -827,7 +828,7 @@ int run_tune(const TuneOptions& o) {
 
   std::vector<Sweep> sweeps;
   const int64_t l2 = l2_bytes();
-  for (KernelSpec spec : o.specs.specs()) {
+  for (KernelSpec spec : o.filter.apply(o.specs.specs())) {
     spec.tiling = default_tiling(spec);  // the spec's own tiling is swept, not used
     const std::string text = tuning::problem_text(spec);
     if (spec.target != TargetKind::kCpp)
@@ -950,6 +951,7 @@ Command add_tune(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "tune", "Sweep tilings of a problem, keep the fastest, write a tuning table (+ CSV, SVG)");
   o->specs.add_to(*cmd);
+  o->filter.add_to(*cmd);
   // --isa takes a list of families here: the spec's own --isa flag gives way to it.
   cmd->remove_option(cmd->get_option("--isa"));
   cmd->add_option("--isa", o->isa,
@@ -984,7 +986,7 @@ Command add_tune(CLI::App& app) {
       "variant is reported, never kept). With --budget, a batch starts only if the times\n"
       "measured so far say it ends in time. The fastest variant becomes the table entry for the\n"
       "problem and the power-of-two bucket of its mean rows per group; later calls of that\n"
-      "problem whose rows per group fall in the bucket use it (GMMGEN_LOG=1 shows which).\n"
+      "problem whose rows per group fall in the bucket use it (GMMGEN_LOG=info shows which).\n"
       "Example:\n"
       "  gmm-gen tune --spec op=gmm,lhs=f32,rhs=f32,out=f32,k=4096,n=512,g=128 --m 2048 \\\n"
       "      --dist tiny -j 2 --budget 120 --svg s3.svg --csv s3.csv");

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -14,11 +15,14 @@
 #include <filesystem>
 #include <fstream>
 #include <memory>
+#include <mutex>
+#include <optional>
+#include <thread>
 
 #include "commands.h"
-#include "dispatch/kernel_entry.h"
 #include "gmmgen/emit.h"
 #include "gmmgen/heuristics.h"
+#include "gmmgen/runtime.hpp"
 #include "gmmgen/templates.h"
 #include "gmmgen/verify/checker.h"
 #include "jit/toolchain.h"
@@ -158,66 +162,193 @@ int verify_pallas(const fs::path& dir, size_t count, uint64_t seed, bool quick) 
   return 1;
 }
 
-int run_verify(const std::vector<KernelSpec>& specs, uint64_t seed, bool quick) {
-  for (const auto& s : specs) validate(s);
-  const TempDir dir;
-  write_files(dir.path, emit_set(specs));
-  const fs::path src = dir.path / std::string(target_of(TargetKind::kCpp).name());
+// Operand elements the quick cases of one kernel may generate. The checker builds every operand
+// of every case afresh and rounds each element to its dtype; with a large weight tensor (the
+// README's k=2048, n=1408, g=64: 184M elements) that is seconds per case.
+constexpr int64_t kQuickElements = int64_t(1) << 28;
 
-  std::vector<KernelSpec> cpp;
-  for (const auto& s : specs)
-    if (s.target == TargetKind::kCpp) cpp.push_back(s);
-  const size_t pallas = specs.size() - cpp.size();
-  int failures = 0, skipped = 0;
-  if (!cpp.empty())
-    std::printf("%-64s %6s %12s %10s %8s %s\n", "kernel", "cases", "worst rel", "bound use",
-                "compile", "result");
-  for (const auto& spec : cpp) {
-    const std::string name = kernel_name(spec);
-    const auto t0 = std::chrono::steady_clock::now();
-    const fs::path so = dir.path / (name + ".so");
-    compile_shared_object(default_compiler(target_of(spec.target).toolchain_flags(spec)),
-                          src / (name + ".cpp"), src, so);
-    const double compile_s =
-        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (!host_runs(spec.isa)) {  // compiled, but running it would die of SIGILL
-      std::printf("%-64s %6s %12s %10s %7.2fs skipped: host lacks %s\n", name.c_str(), "-", "-",
-                  "-", compile_s, std::string(to_string(spec.isa)).c_str());
-      ++skipped;
-      std::fflush(stdout);
-      continue;
+// The cases of one kernel. Quick keeps, most telling first, as many of these as fit in
+// kQuickElements (at least the first): M=97 with random group sizes (partial tiles, rows past
+// sum(group_sizes), strided lhs); M=97 skewed with empty groups (exact inputs); the grid's
+// largest M (several m-tiles), uniform; M=97 with many tiny and with uniform group sizes; M=1
+// -- each at every shard offset of a sharded kernel -- and, for tgmm with block scales, the
+// scale-block cases. It drops M=0, M=tm-1, and the other distributions at M=1 and the largest M.
+std::vector<CheckCase> cases_of(const KernelSpec& spec, uint64_t seed, bool quick) {
+  std::vector<CheckCase> all = standard_cases(spec, seed);
+  if (!quick) return all;
+  const auto scale_blocks = [](const CheckCase& c) {
+    return c.label.find("scale blocks") != std::string::npos;
+  };
+  int64_t largest = 0;
+  for (const auto& c : all)
+    if (!scale_blocks(c)) largest = std::max(largest, c.m);
+  // (M, distribution) in priority order; labels read "M=<m> sum=<rows> <distribution> ...".
+  const std::pair<int64_t, std::string> wanted[] = {{97, "random"},       {97, "skewed+empty"},
+                                                    {largest, "uniform"}, {97, "many-tiny"},
+                                                    {97, "uniform"},      {1, "uniform"}};
+  std::vector<const CheckCase*> picked;
+  for (const auto& [m, dist] : wanted)
+    for (const auto& c : all)
+      if (!scale_blocks(c) && c.m == m && c.label.find(" " + dist + " ") != std::string::npos &&
+          std::find(picked.begin(), picked.end(), &c) == picked.end())
+        picked.push_back(&c);
+  for (const auto& c : all)
+    if (scale_blocks(c)) picked.push_back(&c);
+  const int64_t weights = spec.g_local * spec.k * spec.n;  // rhs (gmm) or out (tgmm)
+  std::vector<CheckCase> out;
+  int64_t elements = 0;
+  for (const CheckCase* c : picked) {
+    elements += weights + c->m * (spec.k + spec.n);
+    if (!out.empty() && elements > kQuickElements) break;
+    out.push_back(*c);
+  }
+  return out;
+}
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
+
+// One C++ kernel's outcome, printed as one line (and a failure's message under it).
+struct Outcome {
+  std::string name;
+  size_t cases = 0;
+  double worst_rel = 0, bound = 0, seconds = 0;
+  bool cached = false, skipped = false, mismatch = false, failed = false;
+  std::string isa, message;
+};
+
+void print_outcome(const Outcome& o) {
+  char compile[16];
+  if (o.cached)
+    std::snprintf(compile, sizeof compile, "%8s", "cached");
+  else
+    std::snprintf(compile, sizeof compile, "%7.2fs", o.seconds);
+  if (o.failed) {
+    std::printf("%-64s %6s %12s %10s %s FAILED\n", o.name.c_str(), "-", "-", "-", compile);
+    std::string indented = "  " + o.message;
+    for (size_t p = indented.find('\n'); p != std::string::npos; p = indented.find('\n', p + 3))
+      indented.replace(p, 1, "\n  ");
+    std::printf("%s\n", indented.c_str());
+  } else if (o.skipped) {  // compiled, but running it would die of SIGILL
+    std::printf("%-64s %6s %12s %10s %s skipped: host lacks %s\n", o.name.c_str(), "-", "-", "-",
+                compile, o.isa.c_str());
+  } else {
+    std::printf("%-64s %6zu %12.3e %9.1f%% %s %s\n", o.name.c_str(), o.cases, o.worst_rel,
+                100.0 * o.bound, compile, o.mismatch ? "MISMATCH" : "ok");
+    if (o.mismatch) std::printf("  first mismatch: %s\n", o.message.c_str());
+  }
+  std::fflush(stdout);  // one line per kernel as it finishes, also into a pipe
+}
+
+// Compiles and checks one C++ kernel. Runnable kernels come from the runtime's disk cache (built
+// there if missing); a kernel of a family this CPU cannot run is compiled in the private
+// temporary folder `src` and never loaded.
+Outcome verify_one(Runtime& rt, const KernelSpec& spec, const fs::path* src, uint64_t seed,
+                   bool quick) {
+  Outcome o;
+  o.name = kernel_name(spec);
+  o.isa = std::string(to_string(spec.isa));
+  const auto t0 = Clock::now();
+  try {
+    if (!host_runs(spec.isa)) {
+      compile_shared_object(default_compiler(target_of(spec.target).toolchain_flags(spec)),
+                            *src / (o.name + ".cpp"), *src, *src / (o.name + ".so"));
+      o.seconds = seconds_since(t0);
+      o.skipped = true;
+      return o;
     }
-    const SharedObject lib = SharedObject::open(so);
-    const gmmgen_kernel_entry fns = bind_entry_points(lib, name);
-    auto cases = standard_cases(spec, seed);
-    if (quick) cases.resize(std::min<size_t>(cases.size(), 8));
-    CheckResult worst;
-    std::string failure;
+    const int64_t compiles = rt.stats().compiles;
+    const gmmgen_kernel_entry& fns = rt.kernel(spec);
+    o.seconds = seconds_since(t0);
+    o.cached = rt.stats().compiles == compiles;
+    const auto cases = cases_of(spec, seed, quick);
+    o.cases = cases.size();
     for (const auto& c : cases) {
       const CheckResult r = check_kernel(fns, spec, c);
-      worst.worst_rel_error = std::max(worst.worst_rel_error, r.worst_rel_error);
-      worst.worst_bound_ratio = std::max(worst.worst_bound_ratio, r.worst_bound_ratio);
-      if (!r.ok && failure.empty()) failure = r.failure;
+      o.worst_rel = std::max(o.worst_rel, r.worst_rel_error);
+      o.bound = std::max(o.bound, r.worst_bound_ratio);
+      if (!r.ok && !o.mismatch) o.mismatch = true, o.message = r.failure;
     }
-    std::printf("%-64s %6zu %12.3e %9.1f%% %7.2fs %s\n", name.c_str(), cases.size(),
-                worst.worst_rel_error, 100.0 * worst.worst_bound_ratio, compile_s,
-                failure.empty() ? "ok" : "MISMATCH");
-    if (!failure.empty()) {
-      std::printf("  first mismatch: %s\n", failure.c_str());
-      ++failures;
-    }
-    std::fflush(stdout);
+  } catch (const std::exception& e) {
+    o.seconds = seconds_since(t0);
+    o.failed = true;
+    o.message = e.what();
   }
+  return o;
+}
+
+int run_verify(const std::vector<KernelSpec>& specs, uint64_t seed, bool quick, int jobs) {
+  for (const auto& s : specs) validate(s);
+  std::vector<KernelSpec> cpp, elsewhere;  // elsewhere: emitted into the temporary folder
+  for (const auto& s : specs) {
+    if (s.target == TargetKind::kCpp) cpp.push_back(s);
+    if (s.target != TargetKind::kCpp || !host_runs(s.isa)) elsewhere.push_back(s);
+  }
+  const size_t pallas = specs.size() - cpp.size();
+  // The runtimes of the workers, made before any work so that a bad environment (GMMGEN_LOG,
+  // the cache folder) stops verify at once. They compile even under GMMGEN_DISABLE_JIT=1:
+  // compiling is what verify is asked to do.
+  jobs = int(std::min<size_t>(size_t(jobs), std::max<size_t>(1, cpp.size())));
+  RuntimeOptions ro;
+  ro.num_threads = 1, ro.jit = true, ro.log_stats = false;
+  std::vector<std::unique_ptr<Runtime>> workers;
+  for (int i = 0; i < jobs && !cpp.empty(); ++i) workers.push_back(std::make_unique<Runtime>(ro));
+  std::optional<TempDir> dir;
+  if (!elsewhere.empty()) {
+    dir.emplace();
+    write_files(dir->path, emit_set(elsewhere));
+  }
+  const fs::path src = dir ? dir->path / std::string(target_of(TargetKind::kCpp).name()) : "";
+
+  int mismatches = 0, failed = 0, skipped = 0;
   if (!cpp.empty()) {
-    std::printf("%zu kernels verified, %d mismatched", cpp.size() - size_t(skipped), failures);
+    std::printf("%zu C++ kernel%s, -j %d, disk cache %s\n", cpp.size(), cpp.size() == 1 ? "" : "s",
+                jobs, workers.front()->cache_dir().c_str());
+    std::printf("%-64s %6s %12s %10s %8s %s\n", "kernel", "cases", "worst rel", "bound use",
+                "compile", "result");
+    std::fflush(stdout);
+    std::mutex print;
+    std::atomic<size_t> next{0};
+    const auto work = [&](Runtime& rt) {
+      for (size_t i = next++; i < cpp.size(); i = next++) {
+        const Outcome o = verify_one(rt, cpp[i], dir ? &src : nullptr, seed, quick);
+        std::lock_guard<std::mutex> lock(print);
+        print_outcome(o);
+        mismatches += o.mismatch;
+        failed += o.failed;
+        skipped += o.skipped;
+      }
+    };
+    std::vector<std::thread> threads;
+    for (size_t w = 1; w < workers.size(); ++w) threads.emplace_back(work, std::ref(*workers[w]));
+    work(*workers.front());
+    for (auto& t : threads) t.join();
+    std::printf("%zu kernels verified, %d mismatched", cpp.size() - size_t(skipped + failed),
+                mismatches);
+    if (failed) std::printf(", %d failed to build or load", failed);
     if (skipped)
       std::printf(", %d compiled but not run (the host lacks their ISA family)", skipped);
     std::printf("\n");
+    std::fflush(stdout);
+    if (log_level_from_env() >= LogLevel::kInfo) {  // the workers' statistics as one line
+      RuntimeStats sum;
+      for (const auto& w : workers) {
+        const RuntimeStats s = w->stats();
+        sum.lookups += s.lookups, sum.registry_hits += s.registry_hits;
+        sum.memory_hits += s.memory_hits, sum.disk_hits += s.disk_hits;
+        sum.compiles += s.compiles, sum.rebuilds += s.rebuilds;
+        sum.compile_seconds += s.compile_seconds, sum.disk_load_seconds += s.disk_load_seconds;
+      }
+      std::fprintf(stderr, "gmm-gen: statistics: %s\n", to_string(sum).c_str());
+    }
   }
-  const int pallas_rc = pallas ? verify_pallas(dir.path, pallas, seed, quick) : 0;
-  if (failures || pallas_rc == 1) return 1;
+  const int pallas_rc = pallas ? verify_pallas(dir->path, pallas, seed, quick) : 0;
+  if (mismatches || failed || pallas_rc == 1) return kExitCheckFailed;
   // Skipped only when nothing at all was checked; C++ kernels that ran count as a verification.
-  return pallas_rc == kExitSkipped && cpp.empty() ? kExitSkipped : 0;
+  return pallas_rc == kExitSkipped && cpp.empty() ? kExitSkipped : kExitOk;
 }
 
 }  // namespace
@@ -225,30 +356,52 @@ int run_verify(const std::vector<KernelSpec>& specs, uint64_t seed, bool quick) 
 Command add_verify(CLI::App& app) {
   struct Options {
     SpecOptions specs;
+    KernelFilter filter;
     uint64_t seed = 1;
     bool quick = false;
+    int jobs = 0;
+    CLI::Option* jobs_given = nullptr;
   };
   auto o = std::make_shared<Options>();
   CLI::App* cmd = app.add_subcommand(
       "verify",
       "Compile kernels and check them against the float64 reference on random ragged inputs");
   o->specs.add_to(*cmd);
+  o->filter.add_to(*cmd);
   cmd->add_option("--seed", o->seed, "Random seed of the inputs");
-  cmd->add_flag("--quick", o->quick, "Fewer cases per kernel");
+  cmd->add_flag("--quick", o->quick,
+                "At most 6 cases per kernel, fewer when its weights are large: M=97 in every "
+                "distribution, the largest M and M=1 once each (drops M=0, M=tm-1 and the other "
+                "distributions at M=1 and the largest M)");
+  o->jobs_given =
+      cmd->add_option("-j,--jobs", o->jobs, "Kernels compiled and checked at once [the cores]");
   cmd->footer(
-      "Compiles each kernel with the system compiler ($GMMGEN_CXX, $GMMGEN_CXXFLAGS), runs it for\n"
-      "several M and group-size distributions (uniform, skewed with empty groups, many tiny\n"
-      "groups, random), prints the worst relative error and exits 1 on any mismatch. Kernels of\n"
-      "an ISA family this CPU cannot run are compiled but not run: 'skipped: host lacks <isa>'\n"
-      "(exit 0 if the rest pass; GMMGEN_ASSUME_ISA=<isa> caps the families treated as runnable).\n"
+      "Gets each C++ kernel from the runtime's disk cache, compiling it there if missing "
+      "($GMMGEN_CXX,\n"
+      "$GMMGEN_CXXFLAGS; a repeated verify compiles nothing), runs it for several M and "
+      "group-size\n"
+      "distributions (uniform, skewed with empty groups, many tiny groups, random), and prints "
+      "one\n"
+      "line per kernel as it finishes: cases, worst relative error, the share of the error bound\n"
+      "used, compile time (or 'cached') and ok or MISMATCH. Exits 1 on any mismatch or failed\n"
+      "compile. -j kernels are worked on at once, each line printed when its kernel is done.\n"
+      "Kernels of an ISA family this CPU cannot run are compiled but not run: 'skipped: host "
+      "lacks\n"
+      "<isa>' (exit 0 if the rest pass; GMMGEN_ASSUME_ISA=<isa> caps the families treated as\n"
+      "runnable); they are compiled in a fresh mkdtemp folder under $TMPDIR, which no other user\n"
+      "may be able to change.\n"
       "Pallas modules (target=pallas) run in TPU interpret mode through a Python with JAX\n"
       "($GMMGEN_PYTHON, else python3): tests/pallas/check_pallas.py, built into gmm-gen. Without\n"
       "one they are not run; if nothing at all ran, the exit status is 77 (skipped).\n"
       "--target T beside --spec/--spec-file selects the kernels of one target.\n"
-      "Works in a fresh mkdtemp folder under $TMPDIR, which no other user may be able to change.\n"
       "Example:\n  gmm-gen verify --spec-file generated/specs.json\n"
+      "  gmm-gen verify --quick -j 2 --spec op=gmm,lhs=bf16,rhs=bf16,out=f32,k=2048,n=1408,g=64\n"
       "  gmm-gen verify --target pallas --spec-file generated/specs.json");
   return {cmd, [o] {
+            if (o->jobs_given->count() && (o->jobs < 1 || o->jobs > 256))
+              throw InvalidArgument("-j " + std::to_string(o->jobs) + " must be in [1, 256]");
+            const int jobs =
+                o->jobs ? o->jobs : int(std::max(1u, std::thread::hardware_concurrency()));
             // `--target T` alone beside --spec/--spec-file selects the kernels of target T.
             SpecOptions selection = o->specs;
             std::string only;
@@ -263,7 +416,7 @@ Command add_verify(CLI::App& app) {
             for (const auto& s : selection.specs())
               if (only.empty() || to_string(s.target) == only) specs.push_back(s);
             if (specs.empty()) throw SpecError("no spec of target=" + only + " given");
-            return run_verify(specs, o->seed, o->quick);
+            return run_verify(o->filter.apply(specs), o->seed, o->quick, jobs);
           }};
 }
 

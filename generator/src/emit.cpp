@@ -44,47 +44,61 @@ EmittedKernel emit_kernel(const KernelSpec& spec) {
   return k;
 }
 
-std::vector<EmittedFile> emit_set(const std::vector<KernelSpec>& specs, const std::string& bundle) {
+std::vector<EmittedFile> emit_set(const std::vector<SpecEntry>& entries,
+                                  const std::string& bundle) {
   std::vector<EmittedFile> files;
   nlohmann::ordered_json manifest;
   manifest["generator"] = "gmm-gen";
   manifest["version"] = std::string(generator_version());
   manifest["abi_version"] = GMMGEN_ABI_VERSION;
   manifest["kernels"] = nlohmann::ordered_json::array();
-  std::set<std::string> names;
-  // Per target (in order of first use): its kernels' specs and ids, for bundles.
-  std::map<TargetKind, std::pair<std::vector<KernelSpec>, std::vector<KernelId>>> by_target;
-  for (size_t i = 0; i < specs.size(); ++i) {
+  std::map<std::string, size_t> first_of;  // kernel name -> its first entry
+  std::vector<BundleMember> members;
+  std::set<TargetKind> targets;
+  for (size_t i = 0; i < entries.size(); ++i) {
+    const std::string at = "spec #" + std::to_string(i + 1) + ": ";
     EmittedKernel k;
     try {
-      k = emit_kernel(specs[i]);
+      k = emit_kernel(entries[i].spec);
     } catch (const SpecError& e) {
-      throw SpecError("spec #" + std::to_string(i + 1) + ": " + e.what());
+      throw SpecError(at + e.what());
     }
-    if (!names.insert(k.name).second) continue;
+    const std::string& alias = entries[i].alias;
+    if (!alias.empty() && bundle.empty())
+      throw SpecError(at + "alias '" + alias +
+                      "' names entry points of a bundle: give a bundle name (emit --bundle NAME)");
+    const auto [first, fresh] = first_of.emplace(k.name, i);
+    members.push_back({k.spec, {k.name, k.hash}, first->second, {}});
+    if (!alias.empty()) members[first->second].aliases.push_back(alias);
+    if (!fresh) continue;
     const std::string dir = std::string(target_of(k.spec.target).name()) + "/";
     for (auto& f : k.files) files.push_back({dir + f.path, std::move(f.content)});
     manifest["kernels"].push_back(k.manifest_entry);
-    auto& [t_specs, t_ids] = by_target[k.spec.target];
-    t_specs.push_back(k.spec);
-    t_ids.push_back({k.name, k.hash});
+    targets.insert(k.spec.target);
   }
-  for (const auto& [kind, kernels] : by_target) {
+  for (const TargetKind kind : targets) {
     const Target& t = target_of(kind);
     const std::string dir = std::string(t.name()) + "/";
     for (auto& f : t.support_files()) files.push_back({dir + f.path, std::move(f.content)});
     if (!bundle.empty() && kind == TargetKind::kCpp) {
       nlohmann::ordered_json entry;
-      for (auto& f : t.bundle(bundle, kernels.first, kernels.second, entry))
+      for (auto& f : t.bundle(bundle, members, entry))
         files.push_back({dir + f.path, std::move(f.content)});
       manifest["bundle"] = entry;
     }
   }
-  if (!bundle.empty() && !by_target.count(TargetKind::kCpp))
+  if (!bundle.empty() && !targets.count(TargetKind::kCpp))
     throw SpecError("bundle '" + bundle +
                     "': bundles hold C++ kernels, and no spec has target=cpp");
   files.push_back({"manifest.json", manifest.dump(2) + "\n"});
   return files;
+}
+
+std::vector<EmittedFile> emit_set(const std::vector<KernelSpec>& specs, const std::string& bundle) {
+  std::vector<SpecEntry> entries;
+  entries.reserve(specs.size());
+  for (const auto& s : specs) entries.push_back({s, ""});
+  return emit_set(entries, bundle);
 }
 
 EmittedFile emit_cache_entry(const std::string& kernel_name, const std::string& key) {

@@ -25,7 +25,7 @@ fs::path fresh_dir(const std::string& name) {
 }
 
 TEST(Cli, EveryCommandHasHelpWithAnExample) {
-  for (const char* cmd : {"emit", "describe", "list", "verify", "cache"}) {
+  for (const char* cmd : {"emit", "describe", "list", "verify", "bench", "tune", "cache"}) {
     const ProcessResult r = cli({cmd, "--help"});
     EXPECT_EQ(0, r.status) << cmd;
     EXPECT_NE(r.output.find("Example"), std::string::npos) << cmd << ":\n" << r.output;
@@ -79,25 +79,32 @@ TEST(Cli, DescribeAndList) {
 
 // verify compiles with the system compiler and checks against the reference; each ISA flavour.
 TEST(Cli, VerifyPassesForEveryIsa) {
-  const ProcessResult r =
-      cli({"verify", "--quick", "--spec",
-           "k=40,n=24,g=5,lhs=bf16,rhs=bf16,out=bf16,tm=8,tk=16,tn=8", "--spec",
-           "k=40,n=24,g=5,lhs=f16,rhs=f32,out=f32,tm=8,tk=16,tn=8,isa=generic,transpose_rhs=1",
-           "--spec",
-           "k=40,n=24,g=5,lhs=f32,rhs=f32,out=f16,tm=8,tk=16,tn=8,isa=avx2,out_mode=accumulate"});
+  const fs::path cache = fresh_dir("verify_cache");
+  const ProcessResult r = run_process(
+      {"env", "GMMGEN_CACHE_DIR=" + cache.string(), GMMGEN_CLI, "verify", "--quick", "--spec",
+       "k=40,n=24,g=5,lhs=bf16,rhs=bf16,out=bf16,tm=8,tk=16,tn=8", "--spec",
+       "k=40,n=24,g=5,lhs=f16,rhs=f32,out=f32,tm=8,tk=16,tn=8,isa=generic,transpose_rhs=1",
+       "--spec",
+       "k=40,n=24,g=5,lhs=f32,rhs=f32,out=f16,tm=8,tk=16,tn=8,isa=avx2,out_mode=accumulate"});
   EXPECT_EQ(0, r.status) << r.output;
   EXPECT_NE(r.output.find("3 kernels verified, 0 mismatched"), std::string::npos) << r.output;
+  fs::remove_all(cache);
 }
 
+// A compile that cannot be done is reported with the compiler's command; exit status 1.
 TEST(Cli, VerifyReportsCompilerErrors) {
+  const fs::path cache = fresh_dir("verify_errors");
+  const std::string env = "GMMGEN_CACHE_DIR=" + cache.string();
   ProcessResult r = run_process(
-      {"env", "GMMGEN_CXX=/nonexistent/c++", GMMGEN_CLI, "verify", "--spec", "k=8,n=8,g=2"});
-  EXPECT_NE(0, r.status);
+      {"env", env, "GMMGEN_CXX=/nonexistent/c++", GMMGEN_CLI, "verify", "--spec", "k=8,n=8,g=2"});
+  EXPECT_EQ(1, r.status);
   EXPECT_NE(r.output.find("/nonexistent/c++"), std::string::npos) << r.output;
-  r = run_process(
-      {"env", "GMMGEN_CXXFLAGS=--no-such-flag", GMMGEN_CLI, "verify", "--spec", "k=8,n=8,g=2"});
-  EXPECT_NE(0, r.status);
+  r = run_process({"env", env, "GMMGEN_CXXFLAGS=--no-such-flag", GMMGEN_CLI, "verify", "--spec",
+                   "k=8,n=8,g=2"});
+  EXPECT_EQ(1, r.status);
   EXPECT_NE(r.output.find("--no-such-flag"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("FAILED"), std::string::npos) << r.output;
+  fs::remove_all(cache);
 }
 
 }  // namespace

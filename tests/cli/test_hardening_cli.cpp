@@ -250,9 +250,11 @@ TEST(HardeningCli, EmitNeverFollowsPlantedSymlinks) {
   }
 }
 
-// verify works only in a fresh mkdtemp folder: a folder another user made at a name verify
-// once used (`gmm-gen-verify-<pid>`, with the very pid of the verifying process) is never used,
-// and a TMPDIR another user can change is refused.
+// What verify writes outside the disk cache (the kernels of a family this CPU cannot run, which
+// it compiles but never loads; Pallas modules) goes only into a fresh mkdtemp folder: a folder
+// another user made at a name verify once used (`gmm-gen-verify-<pid>`, with the very pid of the
+// verifying process) is never used, and a TMPDIR another user can change is refused.
+// GMMGEN_ASSUME_ISA=generic makes the avx2 kernel one this CPU "cannot run".
 TEST(HardeningCli, VerifyIgnoresFoldersPlantedByAnotherUser) {
   if (!is_root()) GTEST_SKIP() << "needs root to act as a second user (setpriv)";
   const Scratch dir;
@@ -268,12 +270,17 @@ TEST(HardeningCli, VerifyIgnoresFoldersPlantedByAnotherUser) {
   const std::string plant = "for p in $$ $(($$+1)) $(($$+2)); do " + as_nobody + "mkdir -m 0777 " +
                             t + "/gmm-gen-verify-$p " + t + "/gmm-gen-verify-$p/cpp || exit 9; " +
                             as_nobody + "chmod 0777 " + t + "/gmm-gen-verify-$p/cpp; done";
+  const std::string cache = sh_quote((dir.path / "cache").string());
   const ProcessResult r =
       run_process({"sh", "-c",
-                   plant + " && TMPDIR=" + t + " exec " + GMMGEN_CLI +
-                       " verify --quick --spec k=8,n=8,g=2,lhs=f32,rhs=f32,isa=generic"});
+                   plant + " && TMPDIR=" + t + " GMMGEN_CACHE_DIR=" + cache +
+                       " GMMGEN_ASSUME_ISA=generic exec " + GMMGEN_CLI +
+                       " verify --quick --spec k=8,n=8,g=2,lhs=f32,rhs=f32,isa=generic"
+                       " --spec k=8,n=8,g=2,lhs=f32,rhs=f32,isa=avx2"});
   ASSERT_EQ(0, r.status) << r.output;
-  EXPECT_NE(r.output.find("1 kernels verified, 0 mismatched"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("1 kernels verified, 0 mismatched, 1 compiled but not run"),
+            std::string::npos)
+      << r.output;
   size_t planted = 0;
   for (const auto& e : fs::directory_iterator(tmp)) {
     ++planted;  // verify removed its own folder; only the attacker's stay, untouched
@@ -292,8 +299,10 @@ TEST(HardeningCli, VerifyIgnoresFoldersPlantedByAnotherUser) {
   fs::create_directory(open);
   ASSERT_EQ(0, chmod(open.c_str(), 0777));
   for (const fs::path& bad : {theirs, open}) {
-    const ProcessResult refused = run_process({"env", "TMPDIR=" + bad.string(), GMMGEN_CLI,
-                                               "verify", "--quick", "--spec", "k=8,n=8,g=2"});
+    const ProcessResult refused = run_process({"env", "TMPDIR=" + bad.string(),
+                                               "GMMGEN_CACHE_DIR=" + (dir.path / "cache").string(),
+                                               "GMMGEN_ASSUME_ISA=generic", GMMGEN_CLI, "verify",
+                                               "--quick", "--spec", "k=8,n=8,g=2,isa=avx2"});
     EXPECT_EQ(1, refused.status) << refused.output;
     EXPECT_NE(refused.output.find("is not private"), std::string::npos) << refused.output;
     EXPECT_TRUE(fs::is_empty(bad)) << bad;
@@ -393,9 +402,11 @@ TEST(HardeningCli, EmitIntoAReadOnlySubfolderChangesNothing) {
 // SIGILL); verify says so per kernel and exits 0 when the rest pass. GMMGEN_ASSUME_ISA caps the
 // families verify treats as runnable, as on an older CPU.
 TEST(HardeningCli, VerifySkipsFamiliesTheHostCannotRun) {
-  ProcessResult r = run_process({"env", "GMMGEN_ASSUME_ISA=avx2", GMMGEN_CLI, "verify", "--quick",
-                                 "--spec", "k=8,n=8,g=2,lhs=f32,rhs=f32,isa=avx512", "--spec",
-                                 "k=8,n=8,g=2,lhs=f32,rhs=f32,isa=avx512bf16", "--spec",
+  const Scratch dir;  // the disk cache of the kernels that run
+  const std::string cache = "GMMGEN_CACHE_DIR=" + (dir.path / "cache").string();
+  ProcessResult r = run_process({"env", cache, "GMMGEN_ASSUME_ISA=avx2", GMMGEN_CLI, "verify",
+                                 "--quick", "--spec", "k=8,n=8,g=2,lhs=f32,rhs=f32,isa=avx512",
+                                 "--spec", "k=8,n=8,g=2,lhs=f32,rhs=f32,isa=avx512bf16", "--spec",
                                  "k=8,n=8,g=2,lhs=f32,rhs=f32,isa=generic"});
   EXPECT_EQ(0, r.status) << r.output;
   EXPECT_NE(r.output.find("skipped: host lacks avx512\n"), std::string::npos) << r.output;
@@ -404,8 +415,8 @@ TEST(HardeningCli, VerifySkipsFamiliesTheHostCannotRun) {
             std::string::npos)
       << r.output;
   // The cap never adds a family: generic caps everything but generic (and native).
-  r = run_process({"env", "GMMGEN_ASSUME_ISA=generic", GMMGEN_CLI, "verify", "--quick", "--spec",
-                   "k=8,n=8,g=2,lhs=f32,rhs=f32,isa=avx2", "--spec",
+  r = run_process({"env", cache, "GMMGEN_ASSUME_ISA=generic", GMMGEN_CLI, "verify", "--quick",
+                   "--spec", "k=8,n=8,g=2,lhs=f32,rhs=f32,isa=avx2", "--spec",
                    "k=8,n=8,g=2,lhs=f32,rhs=f32"});
   EXPECT_EQ(0, r.status) << r.output;
   EXPECT_NE(r.output.find("skipped: host lacks avx2\n"), std::string::npos) << r.output;
@@ -413,14 +424,14 @@ TEST(HardeningCli, VerifySkipsFamiliesTheHostCannotRun) {
             std::string::npos)
       << r.output;
   // A compile error of a skipped family is still an error.
-  r = run_process({"env", "GMMGEN_ASSUME_ISA=avx2", "GMMGEN_CXXFLAGS=--no-such-flag", GMMGEN_CLI,
-                   "verify", "--spec", "k=8,n=8,g=2,isa=avx512"});
+  r = run_process({"env", cache, "GMMGEN_ASSUME_ISA=avx2", "GMMGEN_CXXFLAGS=--no-such-flag",
+                   GMMGEN_CLI, "verify", "--spec", "k=8,n=8,g=2,isa=avx512"});
   EXPECT_NE(0, r.status) << r.output;
   EXPECT_NE(r.output.find("--no-such-flag"), std::string::npos) << r.output;
   // A bad value names the variable and the accepted ones.
-  r = run_process(
-      {"env", "GMMGEN_ASSUME_ISA=sse9", GMMGEN_CLI, "verify", "--spec", "k=8,n=8,g=2,isa=avx2"});
-  EXPECT_EQ(1, r.status) << r.output;
+  r = run_process({"env", cache, "GMMGEN_ASSUME_ISA=sse9", GMMGEN_CLI, "verify", "--spec",
+                   "k=8,n=8,g=2,isa=avx2"});
+  EXPECT_EQ(2, r.status) << r.output;
   EXPECT_NE(r.output.find("GMMGEN_ASSUME_ISA=sse9 is not one of: native, avx512bf16"),
             std::string::npos)
       << r.output;

@@ -515,5 +515,37 @@ TEST_F(HardeningCache, CacheCommandNeverFollowsLinks) {
   EXPECT_TRUE(cache.list().empty());
 }
 
+// The loader marks an entry's use (for `cache prune`) by the mtime of <key>/last-use, never
+// through a link planted at that name, and the mark is no part of what makes an entry valid.
+TEST_F(HardeningCache, LastUseMarkNeverFollowsALink) {
+  warmup();
+  const fs::path mark = entry() / "last-use";
+  ASSERT_TRUE(fs::is_regular_file(fs::symlink_status(mark)));
+  const fs::path victim = tools_ / "victim";
+  write_file(victim, "precious");
+  const timespec old[2] = {{1000000000, 0}, {1000000000, 0}};
+  ASSERT_EQ(0, utimensat(AT_FDCWD, victim.c_str(), old, 0));
+  fs::remove(mark);
+  fs::create_symlink(victim, mark);
+  // A new process loads the entry from the disk: no rebuild, the link and its target untouched.
+  const ProcessResult r =
+      run_process({"env", "GMMGEN_CACHE_DIR=" + dir_.string(), GMMGEN_PROBE, "1", kSpec});
+  ASSERT_EQ(0, r.status) << r.output;
+  EXPECT_NE(r.output.find("\"disk_hits\":1"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("\"rebuilds\":0"), std::string::npos) << r.output;
+  struct stat st;
+  ASSERT_EQ(0, stat(victim.c_str(), &st));
+  EXPECT_EQ(1000000000, st.st_mtim.tv_sec);
+  EXPECT_EQ("precious", read_file(victim));
+  EXPECT_TRUE(fs::is_symlink(mark));
+  // Without a mark (an entry of an older gmm-gen), the entry is valid and gets one on load.
+  fs::remove(mark);
+  EXPECT_EQ(DiskCache::State::kValid, DiskCache(dir_).check(key()));
+  const ProcessResult again =
+      run_process({"env", "GMMGEN_CACHE_DIR=" + dir_.string(), GMMGEN_PROBE, "1", kSpec});
+  ASSERT_EQ(0, again.status) << again.output;
+  EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(mark)));
+}
+
 }  // namespace
 }  // namespace gmmgen

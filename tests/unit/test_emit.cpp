@@ -4,6 +4,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -171,8 +172,15 @@ TEST(Write, UnchangedFilesAreNotRewrittenAndStaleOnesRemoved) {
   EXPECT_EQ(old, fs::last_write_time(a_cpp));
   // b's files were in the previous manifest and are gone; the bundle and manifest changed.
   EXPECT_FALSE(fs::exists(b_cpp));
-  EXPECT_EQ(2u, r.removed.size());
-  EXPECT_EQ((std::vector<std::string>{"cpp/set.h", "cpp/set.cpp", "manifest.json"}), r.written);
+  EXPECT_FALSE(fs::exists(dir.path / "cpp" / "set_1.cpp"));  // b's translation unit
+  using Paths = std::set<std::string>;
+  EXPECT_EQ(
+      (Paths{"cpp/" + kernel_name(b) + ".h", "cpp/" + kernel_name(b) + ".cpp", "cpp/set_1.cpp"}),
+      Paths(r.removed.begin(), r.removed.end()));
+  // The header, the one-file bundle and the table list one kernel less; a's unit is as it was.
+  EXPECT_EQ((Paths{"cpp/set.h", "cpp/set.cpp", "cpp/set_table.cpp", "manifest.json"}),
+            Paths(r.written.begin(), r.written.end()));
+  EXPECT_TRUE(Paths(r.unchanged.begin(), r.unchanged.end()).count("cpp/set_0.cpp"));
   EXPECT_TRUE(fs::exists(dir.path / "notes.txt")) << "a file no manifest listed was removed";
   // No temporary file is left behind.
   for (const auto& e : fs::recursive_directory_iterator(dir.path))
@@ -213,6 +221,174 @@ TEST(Emit, HashCoversOnlyTheTemplatesAKernelUses) {
   target_of(n.target).render(n, {kernel_name(n), spec_hash(n)}, rn);
   for (const auto& f : isa_families())
     EXPECT_TRUE(rn.used().count(std::string(f.ukernel) + ".mustache")) << f.name;
+}
+
+// A bundle has one translation unit per entry, named by the entry's position (what
+// gmmgen_add_kernels expects from the entry count alone): the kernel's source on its first entry,
+// a comment for a repeated kernel or another target's entry; plus the table and a one-file form.
+TEST(Emit, BundleHasOneTranslationUnitPerEntry) {
+  const auto a = parse_text("k=32,n=16,g=2,lhs=f32,rhs=f32,isa=avx2");
+  const auto b = parse_text("k=32,n=24,g=2,lhs=f32,rhs=f32");
+  auto p = parse_text("k=256,n=256,g=2,lhs=f32,rhs=f32,target=pallas");
+  const auto files = emit_set({a, b, a, p}, "set");
+  std::map<std::string, std::string> by_path;
+  for (const auto& f : files) by_path[f.path] = f.content;
+  for (const char* path : {"cpp/set.h", "cpp/set.cpp", "cpp/set_table.cpp", "cpp/set_0.cpp",
+                           "cpp/set_1.cpp", "cpp/set_2.cpp", "cpp/set_3.cpp"})
+    ASSERT_TRUE(by_path.count(path)) << path;
+  EXPECT_FALSE(by_path.count("cpp/set_4.cpp"));
+  const std::string include_a = "#include \"" + kernel_name(a) + ".cpp\"";
+  EXPECT_NE(by_path["cpp/set_0.cpp"].find(include_a), std::string::npos);
+  EXPECT_NE(by_path["cpp/set_1.cpp"].find("#include \"" + kernel_name(b) + ".cpp\""),
+            std::string::npos);
+  EXPECT_EQ(by_path["cpp/set_2.cpp"].find("#include"), std::string::npos);
+  EXPECT_NE(by_path["cpp/set_2.cpp"].find("is entry 0's (set_0.cpp)"), std::string::npos);
+  EXPECT_EQ(by_path["cpp/set_3.cpp"].find("#include"), std::string::npos);
+  EXPECT_NE(by_path["cpp/set_3.cpp"].find("target=pallas"), std::string::npos);
+  // Only the native kernel warns when compiled without the flags that pick a vector family.
+  EXPECT_EQ(by_path["cpp/set_0.cpp"].find("#warning"), std::string::npos);
+  EXPECT_NE(by_path["cpp/set_1.cpp"].find("#warning"), std::string::npos);
+  // The one-file form includes every unit with code and the table; the table lists 2 kernels.
+  const std::string& one = by_path["cpp/set.cpp"];
+  for (const char* inc : {"\"set_0.cpp\"", "\"set_1.cpp\"", "\"set_table.cpp\""})
+    EXPECT_NE(one.find(inc), std::string::npos) << inc;
+  EXPECT_EQ(one.find("set_2.cpp"), std::string::npos);
+  EXPECT_NE(by_path["cpp/set_table.cpp"].find("set_kernel_count = 2;"), std::string::npos);
+  // The manifest lists every file (so a later emit can remove stale ones) and each unit's flags.
+  const auto manifest = nlohmann::json::parse(files.back().content)["bundle"];
+  EXPECT_EQ(7u, manifest["files"].size());
+  ASSERT_EQ(5u, manifest["translation_units"].size());
+  EXPECT_EQ("cpp/set_table.cpp", manifest["translation_units"][0]["file"]);
+  EXPECT_TRUE(manifest["translation_units"][1]["compile_flags"].empty());  // avx2
+  EXPECT_EQ(nlohmann::json(isa_flags(Isa::kNative)),
+            manifest["translation_units"][2]["compile_flags"]);
+  EXPECT_EQ(kernel_name(b), manifest["translation_units"][2]["kernel"]);
+  EXPECT_FALSE(manifest["translation_units"][3].contains("kernel"));
+}
+
+fs::path write_temp(const std::string& name, const std::string& text) {
+  const fs::path p = fs::temp_directory_path() / name;
+  std::ofstream(p) << text;
+  return p;
+}
+
+// An entry may carry an alias: {"spec": text or object, "alias": ...}, or a JSON spec object
+// with an "alias" key. The bundle declares and defines every entry point under it.
+TEST(Emit, AliasesAreStableEntryPointsOfTheBundle) {
+  const auto entries = parse_spec_entries(R"({"kernels": [
+      {"spec": "k=32,n=16,g=2,lhs=f32,rhs=f32", "alias": "moe_w0_fwd"},
+      {"spec": {"k": 32, "n": 24, "g": 2, "lhs": "f32", "rhs": "f32"}, "alias": "moe_w1_fwd"},
+      {"k": 32, "n": 24, "g": 2, "lhs": "f32", "rhs": "f32", "alias": "moe_w1_again"},
+      "k=64,n=16,g=2,lhs=f32,rhs=f32"]})",
+                                          "test");
+  ASSERT_EQ(4u, entries.size());
+  EXPECT_EQ("moe_w0_fwd", entries[0].alias);
+  EXPECT_EQ(parse_text("k=32,n=24,g=2,lhs=f32,rhs=f32"), entries[1].spec);
+  EXPECT_EQ(entries[1].spec, entries[2].spec);
+  EXPECT_EQ("", entries[3].alias);
+  // load_spec_file reads the same specs, without the aliases.
+  EXPECT_EQ(entries[2].spec, parse_spec_json(R"([{"spec": "k=32,n=24,g=2,lhs=f32,rhs=f32",
+                                                  "alias": "x"}])",
+                                             "test")[0]);
+  std::map<std::string, std::string> by_path;
+  const auto files = emit_set(entries, "moe");
+  for (const auto& f : files) by_path[f.path] = f.content;
+  const std::string w1 = kernel_name(entries[1].spec);
+  const std::string& header = by_path["cpp/moe.h"];
+  EXPECT_NE(header.find("GMMGEN_DECLARE_KERNEL(moe_w0_fwd)"), std::string::npos);
+  EXPECT_NE(header.find("GMMGEN_DECLARE_KERNEL(moe_w1_again) /* = " + w1 + " */"),
+            std::string::npos);
+  // Both aliases of the repeated kernel live in its first entry's unit, next to its code.
+  const std::string& unit = by_path["cpp/moe_1.cpp"];
+  EXPECT_NE(unit.find("ret moe_w1_fwd##suffix"), std::string::npos);
+  EXPECT_NE(unit.find("ret moe_w1_again##suffix"), std::string::npos);
+  EXPECT_NE(unit.find("GMMGEN_ENTRY_POINTS(GMMGEN_ALIAS_, " + w1 + ")"), std::string::npos);
+  EXPECT_EQ(by_path["cpp/moe_2.cpp"].find("alias"), std::string::npos);
+  const auto manifest = nlohmann::json::parse(files.back().content);
+  EXPECT_EQ(w1, manifest["bundle"]["aliases"]["moe_w1_again"]);
+  EXPECT_EQ(3u, manifest["bundle"]["aliases"].size());
+}
+
+// Alias errors name the file, the entry and the rule; nothing is emitted.
+TEST(Emit, BadAliasesAreNamed) {
+  auto error_of = [](const std::string& kernels) {
+    try {
+      parse_spec_entries("{\"kernels\": [" + kernels + "]}", "spec file s.json");
+    } catch (const SpecError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  const std::string spec = R"("spec": "k=32,n=16,g=2,lhs=f32,rhs=f32")";
+  auto entry = [&](const std::string& alias) { return "{" + spec + ", \"alias\": " + alias + "}"; };
+  EXPECT_EQ(
+      "spec file s.json, spec #1: alias '2fast' must be a C identifier ([A-Za-z_][A-Za-z0-9_]*)",
+      error_of(entry("\"2fast\"")));
+  EXPECT_EQ(
+      "spec file s.json, spec #1: alias 'a-b' must be a C identifier ([A-Za-z_][A-Za-z0-9_]*)",
+      error_of(entry("\"a-b\"")));
+  EXPECT_EQ("spec file s.json, spec #1: alias 'double' is a C or C++ keyword",
+            error_of(entry("\"double\"")));
+  EXPECT_NE(error_of(entry("\"_x\"")).find("is reserved"), std::string::npos);
+  EXPECT_NE(error_of(entry("\"a__b\"")).find("is reserved"), std::string::npos);
+  EXPECT_NE(error_of(entry("\"GMMGEN_args\"")).find("is reserved"), std::string::npos);
+  EXPECT_EQ("spec file s.json, spec #1: alias must be a JSON string, got number",
+            error_of(entry("7")));
+  EXPECT_EQ(
+      "spec file s.json, spec #2: alias 'fwd' is also the alias of spec #1; aliases must "
+      "be unique",
+      error_of(entry("\"fwd\"") + ", " + entry("\"fwd\"")));
+  EXPECT_EQ(
+      "spec file s.json, spec #2: alias 'fwd_plan' clashes with alias 'fwd' of spec #1: "
+      "both would define the symbol fwd_plan",
+      error_of(entry("\"fwd\"") + ", " + entry("\"fwd_plan\"")));
+  EXPECT_NE(error_of(R"({"spec": "k=256,n=256,g=2,lhs=f32,rhs=f32,target=pallas", "alias": "p"})")
+                .find("spec #1: alias 'p' names a target=pallas kernel"),
+            std::string::npos);
+  EXPECT_NE(error_of("{" + spec + ", \"alias\": \"x\", \"k\": 8}")
+                .find("spec #1: key 'k' beside \"spec\""),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"spec": 5})").find("\"spec\" must be a spec text string"),
+            std::string::npos);
+  // An alias needs a bundle, and may not take the bundle's own symbols.
+  const auto entries = parse_spec_entries("[" + entry("\"set_kernels\"") + "]", "t");
+  EXPECT_THROW(emit_set(entries), SpecError);
+  try {
+    emit_set(entries, "set");
+    FAIL() << "accepted";
+  } catch (const SpecError& e) {
+    EXPECT_EQ(
+        "alias 'set_kernels' (spec #1) and bundle 'set' would both define the symbol "
+        "set_kernels",
+        std::string(e.what()));
+  }
+  const fs::path file = write_temp("gmmgen_alias_ok.json", "[" + entry("\"ok\"") + "]");
+  EXPECT_EQ("ok", load_spec_entries(file).at(0).alias);
+  fs::remove(file);
+}
+
+// gmmgen_add_kernels (cmake/GmmgenEmit.cmake) adds each entry's ISA flags at configure time,
+// before gmm-gen exists: its table must say what isa_flags() says, and know the isa default.
+TEST(Emit, CMakeIsaFlagsMatchTheGenerator) {
+  const std::string cmake = read_file(fs::path(GMMGEN_SOURCE_DIR) / "cmake/GmmgenEmit.cmake");
+  auto cmake_value = [&](const std::string& var) -> std::string {
+    const std::string key = "set(" + var + " \"";
+    const size_t at = cmake.find(key);
+    if (at == std::string::npos) return "(unset)";
+    const size_t begin = at + key.size();
+    return cmake.substr(begin, cmake.find('"', begin) - begin);
+  };
+  std::vector<Isa> isas{Isa::kNative};
+  for (const auto& f : isa_families()) isas.push_back(f.isa);
+  for (const Isa isa : isas) {
+    std::string joined;
+    for (const auto& flag : isa_flags(isa)) joined += (joined.empty() ? "" : ";") + flag;
+    EXPECT_EQ(joined.empty() ? "(unset)" : joined,
+              cmake_value("_GMMGEN_ISA_FLAGS_" + std::string(to_string(isa))))
+        << to_string(isa);
+  }
+  EXPECT_EQ(std::string(to_string(KernelSpec{}.isa)), cmake_value("_GMMGEN_ISA_DEFAULT"));
+  EXPECT_EQ(std::string(to_string(KernelSpec{}.target)), "cpp");
 }
 
 // Every {{> partial}} in a template names an embedded template (a typo would render nothing).

@@ -28,10 +28,18 @@ EmittedKernel emit_kernel(const KernelSpec& spec);
 
 // Every file of a kernel set, paths relative to the output folder: each kernel's files under
 // its target's folder (cpp/<name>.cpp), the files each target's sets carry
-// (cpp/gmmgen/kernel_abi.h), with a bundle name B also cpp/B.h and cpp/B.cpp (every C++ kernel
-// in one translation unit plus a table of their entry points; the kernels of a bundle must
-// share one isa), and manifest.json last. Validates every spec first; a SpecError names the
-// spec's position. Duplicate specs are emitted once.
+// (cpp/gmmgen/kernel_abi.h), with a bundle name B also (C++ kernels; families may mix):
+//   cpp/B_<i>.cpp  one translation unit per entry i (0-based, every entry of the list, so a
+//                  build system knows the file names from the entry count alone): the kernel's
+//                  source and its aliases; a comment only for another target's entry or a
+//                  kernel an earlier entry has;
+//   cpp/B_table.cpp the table B_kernels[B_kernel_count] of every kernel's entry points;
+//   cpp/B.h        declares the kernels, their aliases and the table;
+//   cpp/B.cpp      all of the above in one translation unit;
+// and manifest.json last. Validates every spec first; a SpecError names the entry's position.
+// Duplicate specs are emitted once. An entry's alias needs a bundle.
+std::vector<EmittedFile> emit_set(const std::vector<SpecEntry>& entries,
+                                  const std::string& bundle = "");
 std::vector<EmittedFile> emit_set(const std::vector<KernelSpec>& specs,
                                   const std::string& bundle = "");
 

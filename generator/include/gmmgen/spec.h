@@ -205,12 +205,29 @@ KernelSpec from_json(const nlohmann::ordered_json& j);
 // is valid but its target cannot build it in this generator version.
 void validate(const KernelSpec& s);
 
+// One entry of a spec file: a spec and its optional alias, a stable C name for the kernel's entry
+// points (an entry {"spec": ..., "alias": "moe_w0_fwd"} gives moe_w0_fwd(), moe_w0_fwd_plan(),
+// ... in a bundle, whatever the kernel's hashed name).
+struct SpecEntry {
+  KernelSpec spec;
+  std::string alias;  // "" when the entry has none
+};
+
 // Reads a JSON spec file: an array of specs, or {"kernels": [...]}; each spec is a JSON object
-// or a spec text string, and is validated. Strict JSON: at most 64 levels of nesting, no key
-// twice in one object, each value of its field's JSON type (sizes are JSON integers). Throws
-// SpecError naming the file, the entry and the key, quoting at most ~100 characters of a value.
+// or a spec text string, and is validated. An entry may also be {"spec": <text or object>,
+// "alias": "<name>"}, or a JSON spec object with an "alias" key: the alias must be a C identifier
+// (not a keyword, not starting with '_' or "gmmgen_", no "__"), name a target=cpp kernel, and
+// no symbol of its entry points may be one of another alias's (checked across the file). Strict
+// JSON: at most 64 levels of nesting, no key twice in one object, each value of its field's JSON
+// type (sizes are JSON integers). Throws SpecError naming the file, the entry and the key, quoting
+// at most ~100 characters of a value.
 std::vector<KernelSpec> load_spec_file(const std::filesystem::path& path);
 // The same for JSON text; `origin` starts each message (e.g. "spec file specs.json").
 std::vector<KernelSpec> parse_spec_json(std::string_view json, const std::string& origin);
+// The same with each entry's alias.
+std::vector<SpecEntry> load_spec_entries(const std::filesystem::path& path);
+std::vector<SpecEntry> parse_spec_entries(std::string_view json, const std::string& origin);
+// Throws SpecError naming the rule unless `alias` may name a kernel's entry points (see above).
+void check_alias(std::string_view alias);
 
 }  // namespace gmmgen

@@ -24,6 +24,16 @@ struct KernelId {
   std::string hash;  // spec_hash(spec)
 };
 
+// One entry of a set emitted with a bundle, in input order (any target): its kernel, the entry
+// that first has that kernel (a later entry of the same kernel adds no code), and on that first
+// entry every alias of the kernel (stable C names from spec files).
+struct BundleMember {
+  KernelSpec spec;
+  KernelId id;
+  size_t first = 0;
+  std::vector<std::string> aliases;
+};
+
 class Target {
  public:
   virtual ~Target() = default;
@@ -41,11 +51,11 @@ class Target {
   virtual nlohmann::ordered_json manifest_fields(const KernelSpec& s, const KernelId& id) const = 0;
   // Files every emitted set of this target carries (C++: gmmgen/kernel_abi.h).
   virtual std::vector<EmittedFile> support_files() const = 0;
-  // The files of a bundle of kernels (C++: one translation unit and a table of entry points),
-  // and its manifest entry; throws SpecError if the target has no bundles.
+  // The files of a bundle of the set's kernels (C++: a translation unit per entry, a table of
+  // entry points, a header), and its manifest entry; throws SpecError if the target has no
+  // bundles. `members` is every entry of the set, other targets' too.
   virtual std::vector<EmittedFile> bundle(const std::string& name,
-                                          std::span<const KernelSpec> specs,
-                                          std::span<const KernelId> ids,
+                                          std::span<const BundleMember> members,
                                           nlohmann::ordered_json& manifest) const = 0;
   // Flags that compile the kernel's sources (C++: the ISA family's); empty otherwise.
   virtual std::vector<std::string> toolchain_flags(const KernelSpec& s) const = 0;

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
 
 #include "gmmgen/codes.h"
 #include "gmmgen/heuristics.h"
@@ -179,12 +180,38 @@ mu::data families_context(const KernelSpec& s, Renderer& r, const mu::data& ctx)
   return list;
 }
 
-// A bundle compiles every kernel in one translation unit: explicit families carry their own
+// A bundle's flags for compiling it as one translation unit: explicit families carry their own
 // target attributes, so only isa=native kernels need flags (-march=native).
-std::vector<std::string> bundle_flags(std::span<const KernelSpec> specs) {
-  for (const auto& s : specs)
-    if (s.isa == Isa::kNative) return isa_flags(Isa::kNative);
+std::vector<std::string> bundle_flags(std::span<const BundleMember> members) {
+  for (const auto& m : members)
+    if (m.spec.target == TargetKind::kCpp && m.spec.isa == Isa::kNative)
+      return isa_flags(Isa::kNative);
   return {};
+}
+
+// The weakest family with vector code: isa=native compiled without its flags is generic code.
+const IsaFamily& weakest_vector_family() {
+  const IsaFamily* weakest = nullptr;
+  for (const auto& f : isa_families())
+    if (f.vec > 1) weakest = &f;
+  return *weakest;
+}
+
+// Throws SpecError if two things a bundle defines share a symbol: its table and count, and
+// every entry point of each alias.
+void check_bundle_symbols(const std::string& bundle, std::span<const BundleMember> members) {
+  std::map<std::string, std::string> owner;  // symbol -> what defines it
+  auto claim = [&](const std::string& symbol, const std::string& what) {
+    const auto [it, fresh] = owner.emplace(symbol, what);
+    if (!fresh)
+      throw SpecError(what + " and " + it->second + " would both define the symbol " + symbol);
+  };
+  claim(bundle + "_kernels", "bundle '" + bundle + "'");
+  claim(bundle + "_kernel_count", "bundle '" + bundle + "'");
+  for (size_t i = 0; i < members.size(); ++i)
+    for (const auto& alias : members[i].aliases)
+      for (const auto& e : kEntrySymbols)
+        claim(alias + e.suffix, "alias '" + alias + "' (spec #" + std::to_string(i + 1) + ")");
 }
 
 class CppTarget final : public Target {
@@ -285,8 +312,7 @@ class CppTarget final : public Target {
     return {{std::string(kAbiHeader), std::string(embedded_file(kAbiHeader))}};
   }
 
-  std::vector<EmittedFile> bundle(const std::string& bundle, std::span<const KernelSpec> specs,
-                                  std::span<const KernelId> ids,
+  std::vector<EmittedFile> bundle(const std::string& bundle, std::span<const BundleMember> members,
                                   nlohmann::ordered_json& manifest) const override {
     const bool ident = !bundle.empty() &&
                        (std::isalpha(static_cast<unsigned char>(bundle[0])) || bundle[0] == '_') &&
@@ -295,26 +321,86 @@ class CppTarget final : public Target {
                        });
     if (!ident)
       throw SpecError("bundle='" + bundle + "' must be a C identifier ([A-Za-z_][A-Za-z0-9_]*)");
-    mu::data kernels{mu::data::type::list};
-    for (const auto& id : ids) {
-      mu::data entry;
-      entry.set("name", id.name);
-      kernels.push_back(entry);
+    check_bundle_symbols(bundle, members);
+    const std::string dir = std::string(name()) + "/";
+    const std::string version(generator_version());
+    Renderer r;
+    // One translation unit per entry: the kernel's source and its aliases on its first entry,
+    // otherwise a comment saying where its code is.
+    std::vector<EmittedFile> units;
+    mu::data kernels{mu::data::type::list}, aliases{mu::data::type::list},
+        with_code{mu::data::type::list};
+    nlohmann::ordered_json unit_list = nlohmann::ordered_json::array();
+    nlohmann::ordered_json alias_map = nlohmann::ordered_json::object();
+    size_t count = 0;
+    for (size_t i = 0; i < members.size(); ++i) {
+      const BundleMember& m = members[i];
+      const std::string file = bundle + "_" + std::to_string(i) + ".cpp";
+      mu::data ctx;
+      ctx.set("version", version);
+      ctx.set("bundle", bundle);
+      ctx.set("index", std::to_string(i));
+      nlohmann::ordered_json unit = {{"file", dir + file}};
+      if (m.spec.target != kind()) {
+        ctx.set("note", "This entry is a target=" + std::string(to_string(m.spec.target)) +
+                            " kernel (" + std::string(to_string(m.spec.target)) + "/" + m.id.name +
+                            "): no C++ code.");
+        unit["compile_flags"] = nlohmann::ordered_json::array();
+      } else if (m.first != i) {
+        ctx.set("note", "This entry's kernel " + m.id.name + " is entry " +
+                            std::to_string(m.first) + "'s (" + bundle + "_" +
+                            std::to_string(m.first) + ".cpp): no code of its own.");
+        unit["compile_flags"] = nlohmann::ordered_json::array();
+      } else {
+        mu::data kernel;
+        kernel.set("name", m.id.name);
+        kernel.set("spec", to_text(m.spec));
+        kernel.set("native", mu::data(m.spec.isa == Isa::kNative));
+        kernel.set("vector_guard", std::string(weakest_vector_family().guard));
+        kernel.set("vector_family", std::string(weakest_vector_family().name));
+        mu::data own_aliases{mu::data::type::list};
+        for (const auto& a : m.aliases) {
+          own_aliases.push_back(mu::object{{"alias", a}, {"name", m.id.name}});
+          aliases.push_back(mu::object{{"alias", a}, {"name", m.id.name}});
+          alias_map[a] = m.id.name;
+        }
+        kernel.set("aliases", own_aliases);
+        ctx.set("kernel", kernel);
+        kernels.push_back(mu::object{{"name", m.id.name}});
+        with_code.push_back(mu::object{{"file", file}});
+        unit["kernel"] = m.id.name;
+        unit["compile_flags"] = isa_flags(m.spec.isa);
+        ++count;
+      }
+      unit_list.push_back(unit);
+      units.push_back({file, r.render("cpp/bundle.member.cpp", ctx)});
     }
     mu::data ctx;
     ctx.set("bundle", bundle);
-    ctx.set("version", std::string(generator_version()));
-    ctx.set("count", std::to_string(ids.size()));
+    ctx.set("version", version);
+    ctx.set("count", std::to_string(count));
     ctx.set("kernels", kernels);
-    Renderer r;
-    const std::string dir = std::string(name()) + "/";
+    ctx.set("aliases", aliases);
+    ctx.set("has_aliases", mu::data(!alias_map.empty()));
+    ctx.set("members", with_code);
+    const std::string table = bundle + "_table.cpp";
+    unit_list.insert(unit_list.begin(),
+                     nlohmann::ordered_json{{"file", dir + table},
+                                            {"compile_flags", nlohmann::ordered_json::array()}});
+    nlohmann::ordered_json files = {dir + bundle + ".h", dir + bundle + ".cpp"};
+    for (const auto& u : unit_list) files.push_back(u["file"]);
     manifest = {{"name", bundle},
-                {"files", {dir + bundle + ".h", dir + bundle + ".cpp"}},
+                {"files", files},
                 {"table", bundle + "_kernels"},
                 {"count", bundle + "_kernel_count"},
-                {"compile_flags", bundle_flags(specs)}};
-    return {{bundle + ".h", r.render("cpp/bundle.h", ctx)},
-            {bundle + ".cpp", r.render("cpp/bundle.cpp", ctx)}};
+                {"compile_flags", bundle_flags(members)},
+                {"translation_units", unit_list},
+                {"aliases", alias_map}};
+    std::vector<EmittedFile> out = {{bundle + ".h", r.render("cpp/bundle.h", ctx)},
+                                    {bundle + ".cpp", r.render("cpp/bundle.cpp", ctx)},
+                                    {table, r.render("cpp/bundle.table.cpp", ctx)}};
+    for (auto& u : units) out.push_back(std::move(u));
+    return out;
   }
 
   std::vector<std::string> toolchain_flags(const KernelSpec& s) const override {

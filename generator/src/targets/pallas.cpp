@@ -256,8 +256,7 @@ class PallasTarget final : public Target {
 
   std::vector<EmittedFile> support_files() const override { return {}; }
 
-  std::vector<EmittedFile> bundle(const std::string& bundle, std::span<const KernelSpec>,
-                                  std::span<const KernelId>,
+  std::vector<EmittedFile> bundle(const std::string& bundle, std::span<const BundleMember>,
                                   nlohmann::ordered_json&) const override {
     throw SpecError("bundle '" + bundle + "': bundles hold C++ kernels; target=pallas has none");
   }

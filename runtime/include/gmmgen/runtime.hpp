@@ -107,11 +107,28 @@ struct GmmVjpOptions {
   std::optional<QuantVjp> quant;  // a quantized forward (above); dout must then be f32
 };
 
+// How much the runtime says on stderr (each level includes the ones before it):
+//   error: failures the runtime reports as exceptions, as they happen (for callers that swallow
+//          them, e.g. a Python layer); warn (the default): also a corrupt cache entry rebuilt, an
+//          unreadable tuning table; info: also the spec and kernel of each new problem, cache
+//          hits, tuning entries used, and one statistics line when the Runtime goes away (or at
+//          process exit); debug: also each compile as a command line to copy and paste, and the
+//          time of each compile and cache load.
+enum class LogLevel { kError, kWarn, kInfo, kDebug };
+
+// GMMGEN_LOG: error | warn | info | debug (any case); 1 (also true, yes, on) means info, 0 (also
+// false, no, off) or unset means warn. Throws InvalidArgument naming the variable otherwise.
+LogLevel log_level_from_env();
+
 struct RuntimeOptions {
-  std::filesystem::path cache_dir;  // empty: GMMGEN_CACHE_DIR / XDG_CACHE_HOME / ~/.cache
-  int num_threads = 0;              // 0: GMMGEN_NUM_THREADS, else the machine's cores
-  std::optional<bool> jit;          // unset: enabled unless GMMGEN_DISABLE_JIT=1
-  std::optional<bool> log;          // unset: GMMGEN_LOG=1 enables logging to stderr
+  std::filesystem::path cache_dir;    // empty: GMMGEN_CACHE_DIR / XDG_CACHE_HOME / ~/.cache
+  int num_threads = 0;                // 0: GMMGEN_NUM_THREADS, else the machine's cores
+  std::optional<bool> jit;            // unset: enabled unless GMMGEN_DISABLE_JIT=1
+  std::optional<bool> log;            // true: info, false: warn (unless log_level is set)
+  std::optional<LogLevel> log_level;  // unset: `log`, else GMMGEN_LOG (log_level_from_env)
+  // At info and debug, the statistics line printed once when the Runtime is destroyed or the
+  // process exits; false leaves it to the caller (e.g. a tool summing several runtimes).
+  bool log_stats = true;
 };
 
 struct RuntimeStats {
@@ -124,6 +141,9 @@ struct RuntimeStats {
   double compile_seconds = 0;    // wall time in compiles
   double disk_load_seconds = 0;  // wall time verifying and loading cache entries
 };
+
+// One line: "12 lookups (registry 3, memory 5, disk 2, compiled 2), 2 compiles in 3.41 s, ...".
+std::string to_string(const RuntimeStats& s);
 
 class Runtime {
  public:

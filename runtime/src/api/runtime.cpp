@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
 #include <mutex>
+#include <set>
 #include <shared_mutex>
 #include <thread>
 #include <unordered_map>
@@ -47,6 +49,53 @@ CompilerConfig compiler_for(const KernelSpec& spec) {
   return default_compiler(target_of(spec.target).toolchain_flags(spec));
 }
 
+std::string lower(std::string s) {
+  for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// Runtimes that print their statistics line at exit: each prints it once, when destroyed or,
+// if still alive then (a global, a handle never freed), from an atexit handler. Never destroyed,
+// since a runtime may be destroyed during static destruction after the handler ran.
+struct ExitReport {
+  virtual void report() = 0;  // prints the line; called at most once, under the lock
+
+ protected:
+  ~ExitReport() = default;
+};
+
+struct ExitReports {
+  std::mutex mutex;
+  std::set<ExitReport*> live;
+  bool handler = false;
+};
+
+ExitReports& exit_reports() {
+  static ExitReports& r = *new ExitReports;
+  return r;
+}
+
+void report_live_runtimes() {
+  ExitReports& r = exit_reports();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  for (ExitReport* e : r.live) e->report();
+  r.live.clear();
+}
+
+void add_exit_report(ExitReport* e) {
+  ExitReports& r = exit_reports();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  if (!r.handler) r.handler = std::atexit(report_live_runtimes) == 0;
+  r.live.insert(e);
+}
+
+// Prints e's line unless the atexit handler already did.
+void finish_exit_report(ExitReport* e) {
+  ExitReports& r = exit_reports();
+  std::lock_guard<std::mutex> lock(r.mutex);
+  if (r.live.erase(e)) e->report();
+}
+
 // A JIT-built kernel: its entry points and the object that holds them.
 struct TableEntry {
   gmmgen_kernel_entry fns{};
@@ -59,21 +108,58 @@ std::string cache_key(const KernelSpec& spec) {
   return cache_key(spec_hash(spec), compiler_for(spec));
 }
 
-struct Runtime::Impl {
+LogLevel log_level_from_env() {
+  const char* v = std::getenv("GMMGEN_LOG");
+  if (!v) return LogLevel::kWarn;
+  const std::string t = lower(v);
+  if (t.empty() || t == "0" || t == "false" || t == "no" || t == "off" || t == "warn")
+    return LogLevel::kWarn;
+  if (t == "1" || t == "true" || t == "yes" || t == "on" || t == "info") return LogLevel::kInfo;
+  if (t == "error") return LogLevel::kError;
+  if (t == "debug") return LogLevel::kDebug;
+  throw InvalidArgument("GMMGEN_LOG=" + std::string(v).substr(0, 100) +
+                        " is not one of: error, warn, info, debug (or 1 = info, 0 = warn)");
+}
+
+std::string to_string(const RuntimeStats& s) {
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "%lld lookups (registry %lld, memory %lld, disk %lld, compiled %lld), %lld "
+                "compiles in %.2f s, %lld rebuilt, disk loads %.3f s",
+                (long long)s.lookups, (long long)s.registry_hits, (long long)s.memory_hits,
+                (long long)s.disk_hits, (long long)s.compiles, (long long)s.compiles,
+                s.compile_seconds, (long long)s.rebuilds, s.disk_load_seconds);
+  return buf;
+}
+
+struct Runtime::Impl final : ExitReport {
   explicit Impl(const RuntimeOptions& o)
       : jit_enabled(o.jit.value_or(!env_flag("GMMGEN_DISABLE_JIT"))),
-        log(o.log.value_or(env_flag("GMMGEN_LOG"))),
+        level(o.log_level ? *o.log_level
+              : o.log     ? (*o.log ? LogLevel::kInfo : LogLevel::kWarn)
+                          : log_level_from_env()),
         pool(o.num_threads > 0 ? o.num_threads : env_threads()),
         cache_dir(o.cache_dir.empty() ? DiskCache::default_root() : o.cache_dir),
-        jit(cache_dir, [this](const std::string& m) { say("%s", m.c_str()); }) {}
+        jit(cache_dir, [this](JitCache::Level l, const std::string& m) {
+          say(l == JitCache::Level::kWarn   ? LogLevel::kWarn
+              : l == JitCache::Level::kInfo ? LogLevel::kInfo
+                                            : LogLevel::kDebug,
+              "%s", m.c_str());
+        }) {
+    if (o.log_stats && level >= LogLevel::kInfo) add_exit_report(this);
+  }
+  ~Impl() { finish_exit_report(this); }
 
-  bool jit_enabled, log;
+  bool jit_enabled;
+  LogLevel level;
   ThreadPool pool;
   fs::path cache_dir;
   Registry registry;
   JitCache jit;
-  tuning::Tables tuning_tables{tuning::default_sources(cache_dir), log,
-                               [this](const std::string& m) { say("%s", m.c_str()); }};
+  tuning::Tables tuning_tables{
+      tuning::default_sources(cache_dir), level >= LogLevel::kInfo,
+      [this](const std::string& m) { say(LogLevel::kInfo, "%s", m.c_str()); },
+      [this](const std::string& m) { say(LogLevel::kWarn, "%s", m.c_str()); }};
 
   mutable std::shared_mutex table_mutex;
   std::unordered_map<KernelSpec, TableEntry, SpecKeyHash> table;
@@ -81,13 +167,25 @@ struct Runtime::Impl {
 
   std::atomic<int64_t> lookups{0}, registry_hits{0}, memory_hits{0};
 
+  // One line on stderr when the level asks for it: "gmm-gen: [error: |warning: ]message".
   template <typename... Args>
-  void say(const char* fmt, Args... args) const {
-    if (!log) return;
-    std::fprintf(stderr, "gmm-gen: ");
-    std::fprintf(stderr, fmt, args...);
-    std::fprintf(stderr, "\n");
+  void say(LogLevel at, const char* fmt, Args... args) const {
+    if (at > level) return;
+    const char* tag = at == LogLevel::kError ? "error: " : at == LogLevel::kWarn ? "warning: " : "";
+    std::string line = std::string("gmm-gen: ") + tag;
+    const int n = std::snprintf(nullptr, 0, fmt, args...);
+    if (n > 0) {
+      std::string text(size_t(n) + 1, '\0');
+      std::snprintf(text.data(), text.size(), fmt, args...);
+      text.resize(size_t(n));
+      line += text;
+    }
+    line += "\n";
+    std::fputs(line.c_str(), stderr);  // one write per line, so threads do not interleave
   }
+
+  RuntimeStats stats() const;
+  void report() override;
 
   // What the disk-cache entry of a spec is built from: the kernel, the ABI header and the
   // wrapper that reports the key.
@@ -118,8 +216,15 @@ struct Runtime::Impl {
     }
     validate(spec);
     const std::string name = kernel_name(spec), hash = spec_hash(spec);
-    const std::string key = cache_key(spec);
-    say("spec %s -> %s (cache key %s)", to_text(spec).c_str(), name.c_str(), key.c_str());
+    std::string key;
+    try {
+      key = cache_key(spec);  // runs the compiler for its identity
+    } catch (const std::exception& e) {
+      say(LogLevel::kError, "kernel %s: %s", name.c_str(), e.what());
+      throw;
+    }
+    say(LogLevel::kInfo, "spec %s -> %s (cache key %s)", to_text(spec).c_str(), name.c_str(),
+        key.c_str());
     gmmgen_kernel_entry fns{};
     // Beyond its key, the object must hold this kernel and report this kernel's hash.
     auto accept = [&](const SharedObject& so) -> std::string {
@@ -131,16 +236,23 @@ struct Runtime::Impl {
       const std::string reported = fns.info()->hash ? fns.info()->hash : "";
       return reported == hash ? "" : "the object reports kernel hash " + reported;
     };
-    auto object = jit.get(
-        key, compiler_for(spec), [&] { return sources(spec, key); }, accept, jit_enabled);
-    if (!object) {
-      std::string near;
-      for (const auto& m : registry.near_misses(spec)) near += "\n  " + m;
-      throw JitDisabledError(
-          "kernel " + name + " is neither compiled in nor cached in " + cache_dir.string() +
-          ", and compiling is disabled (GMMGEN_DISABLE_JIT=1); warm it up "
-          "ahead of time. Spec: " +
-          to_text(spec) + (near.empty() ? "" : "\nClosest compiled-in kernels:" + near));
+    std::shared_ptr<SharedObject> object;
+    try {
+      object = jit.get(
+          key, compiler_for(spec), [&] { return sources(spec, key); }, accept, jit_enabled);
+      if (!object) {
+        std::string near;
+        for (const auto& m : registry.near_misses(spec)) near += "\n  " + m;
+        throw JitDisabledError(
+            "kernel " + name + " is neither compiled in nor cached in " + cache_dir.string() +
+            ", and compiling is disabled (GMMGEN_DISABLE_JIT=1); warm it up "
+            "ahead of time. Spec: " +
+            to_text(spec) + (near.empty() ? "" : "\nClosest compiled-in kernels:" + near));
+      }
+    } catch (const std::exception& e) {
+      // Said here too, for callers that turn exceptions into codes and lose them.
+      say(LogLevel::kError, "kernel %s: %s", name.c_str(), e.what());
+      throw;
     }
     std::unique_lock<std::shared_mutex> lock(table_mutex);
     TableEntry& e = table[spec];
@@ -178,6 +290,20 @@ struct Runtime::Impl {
   }
 };
 
+RuntimeStats Runtime::Impl::stats() const {
+  RuntimeStats s;
+  const JitCounters& j = jit.counters();
+  s.lookups = lookups, s.registry_hits = registry_hits, s.memory_hits = memory_hits;
+  s.disk_hits = j.disk_hits, s.compiles = j.compiles, s.rebuilds = j.rebuilds;
+  s.compile_seconds = double(j.compile_ns) * 1e-9;
+  s.disk_load_seconds = double(j.disk_load_ns) * 1e-9;
+  return s;
+}
+
+void Runtime::Impl::report() {
+  say(LogLevel::kInfo, "statistics: %s", to_string(stats()).c_str());
+}
+
 Runtime::Runtime(RuntimeOptions options) : impl_(std::make_unique<Impl>(options)) {}
 Runtime::~Runtime() = default;
 
@@ -193,8 +319,9 @@ void Runtime::register_kernels(const gmmgen_kernel_entry* table, int32_t count) 
   std::vector<std::string> skipped;
   impl_->registry.add(table, count, &skipped);
   for (const auto& name : skipped)
-    impl_->say("not registered: %s (this CPU cannot run its ISA family)", name.c_str());
-  impl_->say("registered %d kernels", int(count - int32_t(skipped.size())));
+    impl_->say(LogLevel::kInfo, "not registered: %s (this CPU cannot run its ISA family)",
+               name.c_str());
+  impl_->say(LogLevel::kInfo, "registered %d kernels", int(count - int32_t(skipped.size())));
 }
 
 namespace {
@@ -805,14 +932,7 @@ void Runtime::gmm_vjp(const TensorView& dout, const TensorView& lhs, const Tenso
 }
 
 RuntimeStats Runtime::stats() const {
-  RuntimeStats s;
-  const JitCounters& j = impl_->jit.counters();
-  s.lookups = impl_->lookups, s.registry_hits = impl_->registry_hits;
-  s.memory_hits = impl_->memory_hits, s.disk_hits = j.disk_hits;
-  s.compiles = j.compiles, s.rebuilds = j.rebuilds;
-  s.compile_seconds = double(j.compile_ns) * 1e-9;
-  s.disk_load_seconds = double(j.disk_load_ns) * 1e-9;
-  return s;
+  return impl_->stats();
 }
 
 int Runtime::num_threads() const {

@@ -11,6 +11,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <mutex>
+#include <set>
 #include <sstream>
 
 #include "gmmgen/hash.h"
@@ -139,6 +141,16 @@ DiskCache::DiskCache(fs::path root) : root_(std::move(root)) {
   make_private_dir(root_ / ".tmp");
 }
 
+std::optional<DiskCache> DiskCache::open_existing(fs::path root) {
+  struct stat st;
+  if (lstat(root.c_str(), &st) != 0) {
+    if (errno == ENOENT) return std::nullopt;
+    throw CacheError("cache: cannot stat " + root.string() + ": " + std::strerror(errno));
+  }
+  require_safe(root, true);
+  return DiskCache(std::move(root), NoCreate{});
+}
+
 DiskCache::State DiskCache::check(const std::string& key, std::string* why) const {
   auto corrupt = [&](const std::string& reason) {
     if (why) *why = reason;
@@ -229,6 +241,30 @@ void DiskCache::invalidate(const std::string& key) {
   if (lstat((root_ / key).c_str(), &st) == 0) discard(root_, root_ / key);
 }
 
+void DiskCache::touch(const std::string& key) const {
+  // Process-wide, never destroyed: runtimes may be destroyed during static destruction.
+  static std::mutex& mutex = *new std::mutex;
+  static std::set<std::string>& done = *new std::set<std::string>;
+  const fs::path mark = root_ / key / "last-use";
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!done.insert(mark.string()).second) return;
+  }
+  const int fd = open(mark.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return;
+  futimens(fd, nullptr);  // now
+  close(fd);
+}
+
+namespace {
+
+int64_t mtime_of(const fs::path& p) {
+  struct stat st;
+  return lstat(p.c_str(), &st) == 0 ? int64_t(st.st_mtim.tv_sec) : 0;
+}
+
+}  // namespace
+
 std::vector<DiskCache::Listing> DiskCache::list() const {
   return cache_errors("listing " + root_.string(), [&] {
     std::vector<Listing> out;
@@ -254,6 +290,9 @@ std::vector<DiskCache::Listing> DiskCache::list() const {
       } catch (const std::exception&) {
         l.entry = nullptr;
       }
+      l.built = mtime_of(e.path() / "entry.json");
+      if (l.built == 0) l.built = mtime_of(e.path());
+      l.used = std::max(l.built, mtime_of(e.path() / "last-use"));
       std::error_code ec;
       for (auto it = fs::recursive_directory_iterator(e.path(), ec);
            !ec && it != fs::recursive_directory_iterator(); it.increment(ec))
@@ -287,6 +326,30 @@ int DiskCache::clear() {
     if (e.path().filename().string().rfind("trash-", 0) == 0 ||
         e.symlink_status(ec).type() != fs::file_type::directory || e.last_write_time(ec) < cutoff)
       fs::remove_all(e.path(), ec);
+  return removed;
+}
+
+std::vector<DiskCache::Listing> DiskCache::prune(std::optional<int64_t> unused_before,
+                                                 std::optional<uintmax_t> max_bytes) {
+  std::vector<Listing> entries;
+  for (auto& l : list())
+    if (l.note.empty()) entries.push_back(std::move(l));
+  // Least recently used first; the key breaks ties, so the order does not depend on the listing.
+  std::sort(entries.begin(), entries.end(), [](const Listing& a, const Listing& b) {
+    return a.used != b.used ? a.used < b.used : a.key < b.key;
+  });
+  uintmax_t total = 0;
+  for (const auto& l : entries) total += l.bytes;
+  std::vector<Listing> removed;
+  for (auto& l : entries) {
+    const bool stale = unused_before && l.used < *unused_before;
+    const bool over = max_bytes && total > *max_bytes;
+    if (!stale && !over) continue;
+    FileLock lock(root_ / ".locks" / (l.key + ".lock"));
+    discard(root_, root_ / l.key);
+    total -= l.bytes;
+    removed.push_back(std::move(l));
+  }
   return removed;
 }
 

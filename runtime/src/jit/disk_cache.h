@@ -4,6 +4,7 @@
 //   <key>/kernel.so     the shared object, reporting its key through gmmgen_cache_key()
 //   <key>/entry.json    key, size and XXH3-128 of kernel.so, spec, compiler, flags
 //   <key>/*.cpp, *.h    the sources it was built from
+//   <key>/last-use      empty; its mtime is when a process last loaded the entry (for prune)
 //   .locks/<key>.lock   per-key lock file (flock), so concurrent processes build a key once
 //   .tmp/               entries being built; installed with one rename after fsync
 // An entry is used only if the root, the entry folder and its files belong to the current user
@@ -14,6 +15,7 @@
 #include <filesystem>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,6 +31,9 @@ class DiskCache {
 
   // Creates the root (0700) if missing; throws CacheError if it is unsafe to use.
   explicit DiskCache(std::filesystem::path root);
+  // The cache at an existing root, for reading it (list): creates nothing, not even the root.
+  // nullopt when the root does not exist; CacheError if it is unsafe to use.
+  static std::optional<DiskCache> open_existing(std::filesystem::path root);
   const std::filesystem::path& root() const { return root_; }
 
   enum class State { kMissing, kValid, kCorrupt };
@@ -53,20 +58,36 @@ class DiskCache {
   // next build_locked replaces it.
   void invalidate(const std::string& key);
 
-  // Every name in the root but the hidden ones; links and files are listed with a note, never
-  // followed.
+  // Records that the entry of `key` was loaded now: the mtime of <key>/last-use (created
+  // O_NOFOLLOW if missing). Once per process and entry, so a hot path never touches the disk;
+  // failures are ignored (the mark only orders prune).
+  void touch(const std::string& key) const;
+
+  // Every name in the root but the hidden ones and tuning/; links and files are listed with a
+  // note, never followed.
   struct Listing {
     std::string key;
     std::string note;      // empty for an entry folder, else why it is not an entry
     nlohmann::json entry;  // entry.json, or null if unreadable
     uintmax_t bytes = 0;
+    int64_t built = 0;  // Unix seconds: entry.json's mtime (the folder's if it has none)
+    int64_t used = 0;   // Unix seconds: last-use's mtime, else `built`
   };
   std::vector<Listing> list() const;
   // Removes every entry (and temporary leftovers) and every name that is not an entry (a link
   // goes, never its target); returns the number of entries removed.
   int clear();
 
+  // Removes entries, least recently used first: every entry last used before `unused_before`
+  // (Unix seconds), then more until the entries left hold at most `max_bytes`. Names that are
+  // not entries (links, stray files) and tuning/ are left alone; links are never followed.
+  // Each entry goes under its key's lock, renamed away first. Returns the removed entries.
+  std::vector<Listing> prune(std::optional<int64_t> unused_before,
+                             std::optional<uintmax_t> max_bytes);
+
  private:
+  struct NoCreate {};
+  DiskCache(std::filesystem::path root, NoCreate) : root_(std::move(root)) {}
   std::filesystem::path root_;
 };
 

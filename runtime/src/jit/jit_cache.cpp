@@ -1,6 +1,7 @@
 #include "jit/jit_cache.h"
 
 #include <chrono>
+#include <cstdio>
 
 namespace gmmgen {
 namespace fs = std::filesystem;
@@ -17,6 +18,12 @@ void write_sources(const fs::path& dir, const JitSources& src) {
     fs::create_directories(p.parent_path());  // filesystem_error: CacheError in build_locked
     write_new_file(p, content);
   }
+}
+
+std::string seconds_text(int64_t ns) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.3f s", double(ns) * 1e-9);
+  return buf;
 }
 
 // The section of the cache-entry wrapper (templates/cpp/cache_entry.cpp.mustache) holding the key.
@@ -61,9 +68,13 @@ std::shared_ptr<SharedObject> JitCache::get(const std::string& key, const Compil
   DiskCache::State state = disk_->check(key, &why);
   if (state == DiskCache::State::kValid) {
     if (auto obj = load(disk_->entry_dir(key) / "kernel.so", key, accept, &why)) {
-      counters_.disk_load_ns += ns_since(t0);
+      const int64_t ns = ns_since(t0);
+      counters_.disk_load_ns += ns;
       ++counters_.disk_hits;
-      log_("disk cache hit " + key);
+      disk_->touch(key);
+      log_(Level::kInfo, "disk cache hit " + key);
+      log_(Level::kDebug,
+           "loaded " + (disk_->entry_dir(key) / "kernel.so").string() + " in " + seconds_text(ns));
       return obj;
     }
     disk_->invalidate(key);
@@ -71,7 +82,7 @@ std::shared_ptr<SharedObject> JitCache::get(const std::string& key, const Compil
   }
   if (state == DiskCache::State::kCorrupt) {
     ++counters_.rebuilds;
-    log_("cache entry " + key + " is bad (" + why + "): rebuilding");
+    log_(Level::kWarn, "cache entry " + key + " is bad (" + why + "): rebuilding");
   }
   if (!compile) return nullptr;
   // The trial load of the new object in its temporary folder; kept open so that loading the
@@ -82,15 +93,19 @@ std::shared_ptr<SharedObject> JitCache::get(const std::string& key, const Compil
     trial = load(so, key, accept, &bad);
     return bad;
   };
+  std::string main;
+  int64_t compile_ns = 0;
   const bool built = disk_->build_locked(
       key,
       [&](const fs::path& dir) {
         const JitSources src = sources();
         write_sources(dir, src);
-        log_("compile " + key + ": " + cc.cxx + " " + format_command(cc.flags));
+        main = src.main;
+        log_(Level::kInfo, "compiling " + key);
         const auto c0 = std::chrono::steady_clock::now();
         compile_shared_object(cc, dir / src.main, dir, dir / "kernel.so");
-        counters_.compile_ns += ns_since(c0);
+        compile_ns = ns_since(c0);
+        counters_.compile_ns += compile_ns;
         nlohmann::json meta = src.metadata;
         meta["compiler"] = compiler_identity(cc.cxx);
         meta["flags"] = cc.flags;
@@ -98,8 +113,19 @@ std::shared_ptr<SharedObject> JitCache::get(const std::string& key, const Compil
       },
       try_load);
   ++(built ? counters_.compiles : counters_.disk_hits);  // or another process built it first
+  if (built) {
+    // The command that ran, with the installed entry's paths in place of the temporary folder
+    // (the sources stay in the entry), writing kernel.so into the current folder.
+    const fs::path entry = disk_->entry_dir(key);
+    std::vector<std::string> argv{cc.cxx};
+    argv.insert(argv.end(), cc.flags.begin(), cc.flags.end());
+    argv.insert(argv.end(), {"-I", entry.string(), "-o", "kernel.so", (entry / main).string()});
+    log_(Level::kDebug,
+         "compiled " + key + " in " + seconds_text(compile_ns) + ": " + format_command(argv));
+  }
   auto obj = load(disk_->entry_dir(key) / "kernel.so", key, accept, &why);
   if (!obj) throw CompileError("cache entry " + key + " is still bad after a rebuild: " + why);
+  disk_->touch(key);
   return obj;
 }
 

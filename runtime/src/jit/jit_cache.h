@@ -32,7 +32,10 @@ class JitCache {
  public:
   // After the object reported its key, the caller's own check of it ("" = accepted, else why).
   using Accept = std::function<std::string(const SharedObject&)>;
-  using Log = std::function<void(const std::string&)>;
+  // What get() reports: kWarn a bad entry rebuilt; kInfo hits and compiles; kDebug the compile
+  // command (to copy and paste) and the times.
+  enum class Level { kWarn, kInfo, kDebug };
+  using Log = std::function<void(Level, const std::string&)>;
 
   JitCache(std::filesystem::path root, Log log);
 

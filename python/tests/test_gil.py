@@ -1,0 +1,55 @@
+"""The GIL is released while kernels run: another Python thread makes progress during a call."""
+
+import threading
+import time
+import unittest
+
+import numpy as np
+
+import gmmgen
+from common import G, K, N, randn, rng
+
+
+class GilTest(unittest.TestCase):
+    def test_other_thread_runs_during_a_kernel(self):
+        gmmgen.configure(num_threads=1)  # the kernel on one core, the ticking thread on another
+        try:
+            rhs = randn(rng(61), G, K, N)
+            # The values do not matter here: the call must only last long enough (>= 0.25 s,
+            # growing M up to 320k rows on a fast machine).
+            m = 40000
+            while True:
+                lhs = np.full((m, K), 0.5, np.float32)
+                sizes = np.full(G, m // G, np.int32)
+                start = time.perf_counter()
+                gmmgen.gmm(lhs, rhs, sizes)
+                if time.perf_counter() - start >= 0.25 or m >= 320000:
+                    break
+                m *= 2
+            # A thread that needs the GIL every 2 ms: while the kernel holds the GIL it gets at
+            # most a tick or two (at the switch before the call); released, one per 2 ms.
+            ticks, stop = [0], threading.Event()
+
+            def tick():
+                while not stop.is_set():
+                    time.sleep(0.002)
+                    ticks[0] += 1
+
+            thread = threading.Thread(target=tick)
+            thread.start()
+            time.sleep(0.02)
+            before = ticks[0]
+            start = time.perf_counter()
+            gmmgen.gmm(lhs, rhs, sizes)
+            elapsed = time.perf_counter() - start
+            during = ticks[0] - before
+            stop.set()
+            thread.join()
+            self.assertGreaterEqual(elapsed, 0.1, "the kernel ran too briefly to tell")
+            self.assertGreaterEqual(during, 10, f"{during} ticks in a {elapsed:.3f} s call")
+        finally:
+            gmmgen.configure()
+
+
+if __name__ == "__main__":
+    unittest.main()

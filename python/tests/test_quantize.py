@@ -1,0 +1,95 @@
+"""gmmgen.quantize / dequantize (the runtime's quantizers, DESIGN.md §7) and quantized operands
+in gmm."""
+
+import unittest
+
+import numpy as np
+
+import gmmgen
+from common import G, K, M, N, SIZES, assert_close, randn, ref_gmm, rng
+
+
+class QuantizeTest(unittest.TestCase):
+    def test_i8_tensor_round_trip(self):
+        x = randn(rng(31), M, K)
+        q = gmmgen.quantize(x, "i8", "tensor")
+        self.assertEqual((q.codes.dtype, q.codes.shape, q.scales.shape), (np.int8, (M, K), (1, 1)))
+        s = np.float32(np.abs(x).max() / 127)
+        self.assertEqual(q.scales[0, 0], s)
+        np.testing.assert_array_equal(q.codes, np.clip(np.rint(x / np.float64(s)), -127, 127))
+        back = gmmgen.dequantize(q)
+        self.assertEqual((back.dtype, back.shape), (np.float32, x.shape))
+        self.assertLessEqual(np.abs(back - x).max(), s / 2 * (1 + 1e-5))
+
+    def test_i4_block_round_trip(self):
+        # [M, K] quantized along K in blocks of 32 (the last one partial: K = 200), two codes
+        # per byte.
+        x = randn(rng(32), M, K)
+        q = gmmgen.quantize(x, "i4", "block:32")
+        self.assertEqual(q.codes.shape, (M, K // 2))
+        self.assertEqual(q.scales.shape, (M, (K + 31) // 32))
+        blocks = [np.abs(x[:, b:b + 32]).max(axis=1) / 7 for b in range(0, K, 32)]
+        np.testing.assert_allclose(q.scales, np.stack(blocks, axis=1).astype(np.float32),
+                                   rtol=1e-7)
+        err = np.abs(gmmgen.dequantize(q) - x)
+        per_elem = np.repeat(q.scales, 32, axis=1)[:, :K]
+        self.assertTrue((err <= per_elem / 2 * (1 + 1e-5)).all())
+
+    def test_weights_channel_round_trip(self):
+        # Expert weights [G, K, N]: one scale per expert and output column, contracting K.
+        w = randn(rng(33), G, K, N)
+        q = gmmgen.quantize(w, "i8", "channel")
+        self.assertEqual(q.scales.shape, (G, 1, N))
+        np.testing.assert_allclose(q.scales[:, 0, :],
+                                   (np.abs(w).max(axis=1) / 127).astype(np.float32), rtol=1e-7)
+        err = np.abs(gmmgen.dequantize(q) - w)
+        self.assertTrue((err <= q.scales / 2 * (1 + 1e-5)).all())
+
+    def test_fixed_calibration_clips(self):
+        x = randn(rng(34), 16, 64) * 4
+        q = gmmgen.quantize(x, "i8", "channel", calibration="fixed:-1:2")
+        # One scale per row, stored as one row of scales (the runtime's vector layout).
+        np.testing.assert_array_equal(q.scales, np.full((1, 16), np.float32(2 / 127)))
+        # Clipped to [-1, 2] first, then rounded to a code: within half a step of the range.
+        back = gmmgen.dequantize(q)
+        step = 2 / 127
+        self.assertLessEqual(back.max(), 2 + 1e-6)
+        self.assertGreaterEqual(back.min(), -1 - step / 2 - 1e-6)
+        self.assertLessEqual(np.abs(back - np.clip(x, -1, 2)).max(), step / 2 * (1 + 1e-5))
+
+    def test_bad_arguments(self):
+        x = randn(rng(35), 8, 64)
+        with self.assertRaisesRegex(ValueError, "dtype='bf16' must be a quantized dtype"):
+            gmmgen.quantize(x, "bf16")
+        with self.assertRaisesRegex(ValueError, "x has dtype"):
+            gmmgen.quantize(x.astype(np.float16), "i8")
+        with self.assertRaisesRegex(ValueError, "block"):
+            gmmgen.quantize(x, "i8", "block:24")
+        bad = x.copy()
+        bad[3, 5] = np.inf
+        with self.assertRaisesRegex(ValueError, "finite"):
+            gmmgen.quantize(bad, "i8")
+
+    def test_gmm_with_quantized_weights(self):
+        r = rng(36)
+        lhs, w = randn(r, M, K), randn(r, G, K, N)
+        q = gmmgen.quantize(w, "i8", "channel")
+        out = gmmgen.gmm(lhs, q, SIZES)
+        deq = gmmgen.dequantize(q)
+        assert_close(self, out, ref_gmm(lhs, deq, SIZES), ref_gmm(np.abs(lhs), np.abs(deq), SIZES))
+
+    def test_gmm_int8_by_int8(self):
+        r = rng(37)
+        ql = gmmgen.quantize(randn(r, M, K), "i8", "block:32")  # lhs along K
+        qw = gmmgen.quantize(randn(r, G, K, N), "i8", "channel")  # weights along K
+        out = gmmgen.gmm(ql, qw, SIZES)
+        dl, dw = gmmgen.dequantize(ql), gmmgen.dequantize(qw)
+        assert_close(self, out, ref_gmm(dl, dw, SIZES), ref_gmm(np.abs(dl), np.abs(dw), SIZES))
+        # Quantized along the wrong axis for its role: refused before anything runs.
+        wrong = gmmgen.quantize(randn(r, M, K), "i8", "channel", axis=0)
+        with self.assertRaisesRegex(ValueError, "lhs was quantized along rows"):
+            gmmgen.gmm(wrong, qw, SIZES)
+
+
+if __name__ == "__main__":
+    unittest.main()
