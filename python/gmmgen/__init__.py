@@ -387,11 +387,19 @@ def tgmm(lhs, rhs, group_sizes, preferred_element_type=None, tiling=None, group_
     return out
 
 
-def gmm_vjp(dout, lhs, rhs, group_sizes, tiling=None, group_offset=0, transpose_rhs=False):
+def gmm_vjp(dout, lhs, rhs, group_sizes, tiling=None, group_offset=0, transpose_rhs=False,
+            grad_dtype="f8e5m2", grad_block=128):
     """The backward of out = gmm(lhs, rhs, group_sizes, ...): returns (dlhs, drhs) with
     dlhs [M, K] = gmm(dout, rhs, transpose_rhs=not transpose_rhs) in lhs's dtype and drhs
     (rhs's shape) = tgmm(lhs, dout) in rhs's dtype, with no transposed copy of any operand.
-    tiling: 9 ints, (tm, tk, tn) of the forward, dlhs and drhs products (0s: heuristic)."""
+    tiling: 9 ints, (tm, tk, tn) of the forward, dlhs and drhs products (0s: heuristic).
+
+    A quantized forward (DESIGN.md §7): rhs is the forward's Quantized weights and lhs, when
+    quantized, a Quantized of the activation along M (quantize(x, dtype, "block:B", axis=0):
+    the column-wise half of dual quantization, what tgmm reads). dout must be float32; it is
+    quantized to grad_dtype ("f8e5m2", "f8e4m3", or None to keep it f32) in 1 x grad_block
+    blocks for dlhs and grad_block x 1 blocks for drhs; dlhs and drhs are float32."""
+    quant = isinstance(lhs, Quantized) or isinstance(rhs, Quantized)
     d = _Arg(dout, "dout", _FLOAT_TYPES)
     l = _Arg(lhs, "lhs", _FLOAT_TYPES)
     r = _Arg(rhs, "rhs", _FLOAT_TYPES)
@@ -408,24 +416,42 @@ def gmm_vjp(dout, lhs, rhs, group_sizes, tiling=None, group_offset=0, transpose_
                          f"[{m}, {n}]")
     _arrays.check_groups(sizes, m, group_offset, r.shape[0])
     g = int(sizes.shape[0])
-    # Shapes and dtypes of the forward (dout is its output) and of both products, checked
-    # before dlhs and drhs exist.
-    _gmmgen.gmm_spec(l.view, r.view, sizes.ctypes.data, g, d.view, t, int(group_offset), None,
-                     False, False, None, None)
-    dlhs_view = (0, DTYPE_CODES[l.dtype], [m, k], 0)
-    drhs_view = (0, DTYPE_CODES[r.dtype], list(r.shape), 0)
-    _gmmgen.gmm_spec(d.view, r.view, sizes.ctypes.data, g, dlhs_view, not t, int(group_offset),
-                     None if tiling is None else tiling[3:6], False, False, None, None)
-    _gmmgen.tgmm_spec(l.view, d.view, sizes.ctypes.data, g, drhs_view, False, t,
-                      int(group_offset), None if tiling is None else tiling[6:9], False, None,
-                      None)
+    grad_code = -1
+    if quant:
+        if d.dtype != "f32":
+            raise ValueError(f"dout has dtype {d.dtype}: a quantized forward's dout must be f32")
+        if grad_dtype is not None and grad_dtype not in ("f8e5m2", "f8e4m3"):
+            raise ValueError(f"grad_dtype={grad_dtype!r} must be 'f8e5m2', 'f8e4m3' or None")
+        if isinstance(lhs, Quantized) and lhs.axis != 0:
+            raise ValueError("lhs: a quantized forward's lhs must be quantized along M "
+                             "(quantize(x, dtype, 'block:B', axis=0)), as tgmm reads it")
+        if not isinstance(grad_block, int) or grad_block < 1:
+            raise ValueError(f"grad_block={grad_block!r} must be a positive int")
+        grad_code = -1 if grad_dtype is None else DTYPE_CODES[grad_dtype]
+        out_dtype = "f32"
+    else:
+        out_dtype = None
+        # Shapes and dtypes of the forward (dout is its output) and of both products, checked
+        # before dlhs and drhs exist (the runtime checks a quantized call's before it writes).
+        _gmmgen.gmm_spec(l.view, r.view, sizes.ctypes.data, g, d.view, t, int(group_offset),
+                         None, False, False, None, None)
+        dlhs_view = (0, DTYPE_CODES[l.dtype], [m, k], 0)
+        drhs_view = (0, DTYPE_CODES[r.dtype], list(r.shape), 0)
+        _gmmgen.gmm_spec(d.view, r.view, sizes.ctypes.data, g, dlhs_view, not t,
+                         int(group_offset), None if tiling is None else tiling[3:6], False, False,
+                         None, None)
+        _gmmgen.tgmm_spec(l.view, d.view, sizes.ctypes.data, g, drhs_view, False, t,
+                          int(group_offset), None if tiling is None else tiling[6:9], False, None,
+                          None)
+    dl_type, dr_type = out_dtype or l.dtype, out_dtype or r.dtype
     kind = _arrays.kind_of(dout)
-    dlhs = _arrays.empty(kind, (m, k), l.dtype)
-    drhs = _arrays.empty(kind, r.shape, r.dtype)
-    dlhs_view = (_arrays.address(dlhs), DTYPE_CODES[l.dtype], [m, k], 0)
-    drhs_view = (_arrays.address(drhs), DTYPE_CODES[r.dtype], list(r.shape), 0)
+    dlhs = _arrays.empty(kind, (m, k), dl_type)
+    drhs = _arrays.empty(kind, tuple(r.shape), dr_type)
+    dlhs_view = (_arrays.address(dlhs), DTYPE_CODES[dl_type], [m, k], 0)
+    drhs_view = (_arrays.address(drhs), DTYPE_CODES[dr_type], list(r.shape), 0)
     _gmmgen.gmm_vjp(d.view, l.view, r.view, sizes.ctypes.data, g, dlhs_view, drhs_view, t,
-                    int(group_offset), tiling)
+                    int(group_offset), tiling, quant, l.scales, r.scales, grad_code,
+                    int(grad_block))
     return dlhs, drhs
 
 

@@ -261,7 +261,8 @@ PYBIND11_MODULE(_gmmgen, m) {
       "gmm_vjp",
       [](const View& dout, const View& lhs, const View& rhs, uintptr_t sizes, int64_t num_groups,
          const View& dlhs, const View& drhs, bool transpose_rhs, int32_t group_offset,
-         const TilingArg& tiling) {
+         const TilingArg& tiling, bool quant, const ScalesArg& lhs_scales,
+         const ScalesArg& rhs_scales, int grad_dtype, int64_t grad_block) {
         const TensorView d = to_view(dout, "dout"), l = to_view(lhs, "lhs"),
                          r = to_view(rhs, "rhs"), dl = to_view(dlhs, "dlhs"),
                          dr = to_view(drhs, "drhs");
@@ -276,13 +277,22 @@ PYBIND11_MODULE(_gmmgen, m) {
           opt.tiling = {to_tiling(*tiling, 0, "tiling"), to_tiling(*tiling, 3, "tiling"),
                         to_tiling(*tiling, 6, "tiling")};
         }
+        // A quantized forward (GmmVjpOptions::quant): lhs as tgmm reads it (codes quantized
+        // along M), the forward's rhs codes and scales, dout's codes (-1: dout stays f32).
+        if (quant) {
+          QuantVjp& q = opt.quant.emplace();
+          q.lhs_scales = to_scales(lhs_scales), q.rhs_scales = to_scales(rhs_scales);
+          q.grad_dtype = grad_dtype < 0 ? std::nullopt : std::optional<DType>(DType(grad_dtype));
+          q.grad_block = grad_block;
+        }
         std::shared_ptr<Runtime> rt = runtime();
         py::gil_scoped_release release;
         rt->gmm_vjp(d, l, r, to_sizes(sizes, num_groups), dl, dr, opt);
       },
       py::arg("dout"), py::arg("lhs"), py::arg("rhs"), py::arg("sizes"), py::arg("num_groups"),
       py::arg("dlhs"), py::arg("drhs"), py::arg("transpose_rhs"), py::arg("group_offset"),
-      py::arg("tiling"));
+      py::arg("tiling"), py::arg("quant"), py::arg("lhs_scales"), py::arg("rhs_scales"),
+      py::arg("grad_dtype"), py::arg("grad_block"));
 
   // The quantizers on one [rows, cols] matrix; __init__.py loops over experts of a 3-D tensor.
   m.def("scale_shape", [](const std::string& scheme, int axis, int64_t rows, int64_t cols) {
