@@ -18,6 +18,7 @@
 #include <set>
 #include <sstream>
 
+#include "../runtime/private_runtime.h"
 #include "gmmgen/kernel_abi.h"
 #include "gmmgen/naming.h"
 #include "gmmgen/runtime.hpp"
@@ -30,13 +31,11 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh private folder (mkdtemp), removed at scope exit.
+// A fresh private folder (mkdtemp under $TMPDIR), removed at scope exit.
 struct Scratch {
-  fs::path path;
+  fs::path path = testing::make_private_dir("gmmgen_ux");
   Scratch() {
-    std::string templ = (fs::temp_directory_path() / "gmmgen_ux_XXXXXX").string();
-    if (!mkdtemp(templ.data())) throw std::runtime_error("mkdtemp failed");
-    path = templ;
+    if (path.empty()) throw std::runtime_error("mkdtemp failed");
   }
   ~Scratch() {
     std::error_code ec;
