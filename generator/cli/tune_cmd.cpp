@@ -175,13 +175,13 @@ struct Candidates {
 // Every tiling of the space for each family, clamped to the problem (tk <= K, tn <= N: larger
 // tiles run as these), without repeats, pruned by the kernels' scratch limit (validate) and, for
 // the default space, by the L2 cache; the heuristic's tiling on the native family first.
-Candidates candidates(const KernelSpec& problem, const Space& space, const std::vector<Isa>& isas,
-                      int64_t l2) {
+Candidates candidates(const KernelSpec& problem, double rows_per_group, const Space& space,
+                      const std::vector<Isa>& isas, int64_t l2) {
   Candidates out;
   Variant h;
   h.spec = problem;
   h.spec.isa = Isa::kNative;
-  h.spec.tiling = default_tiling(h.spec);
+  h.spec.tiling = heuristic_tiling(h.spec, rows_per_group);
   h.heuristic = true;
   out.variants.push_back(h);
   std::set<std::tuple<int, int64_t, int64_t, int64_t>> seen{
@@ -853,7 +853,7 @@ int run_tune(const TuneOptions& o) {
     sw.work.m = o.m;
     sw.work.group_sizes = bench::group_sizes(o.dist, int32_t(spec.g), o.m, 12345);
     sw.rows_per_group = tuning::rows_per_group(sw.work.group_sizes, 0, spec.g);
-    sw.cands = candidates(spec, space, sw.isas, l2);
+    sw.cands = candidates(spec, sw.rows_per_group, space, sw.isas, l2);
     sweeps.push_back(std::move(sw));
   }
 

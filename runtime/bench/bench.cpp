@@ -302,7 +302,6 @@ KernelSpec with_quant(const KernelSpec& spec, const QuantPreset& p) {
   KernelSpec s = spec;
   s.lhs = p.lhs, s.rhs = p.rhs;
   s.lhs_quant = p.lhs_quant, s.rhs_quant = p.rhs_quant;
-  s.tiling = default_tiling(s);
   return s;
 }
 
@@ -310,7 +309,6 @@ KernelSpec float_counterpart(const KernelSpec& spec) {
   KernelSpec s = spec;
   s.lhs = s.rhs = activation_dtype(spec);
   s.lhs_quant = s.rhs_quant = Quant{};
-  s.tiling = default_tiling(s);
   return s;
 }
 

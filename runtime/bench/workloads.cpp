@@ -6,6 +6,7 @@
 
 #include "gmmgen/bench/bench.h"
 #include "gmmgen/heuristics.h"
+#include "tuning/table.h"
 
 namespace gmmgen::bench {
 namespace {
@@ -113,10 +114,10 @@ Shape standard_shape(const std::string& name, Op op, DType lhs, DType rhs, DType
     Shape s;
     s.spec.op = op, s.spec.lhs = lhs, s.spec.rhs = rhs, s.spec.out = out;
     s.spec.k = d.k, s.spec.n = d.n, s.spec.g = s.spec.g_local = d.g;
-    s.spec.tiling = default_tiling(s.spec);
     s.work.shape = d.name;
     s.work.m = d.m;
     s.work.group_sizes = group_sizes(d.dist, int32_t(d.g), d.m, 12345);
+    s.spec.tiling = heuristic_tiling(s.spec, tuning::rows_per_group(s.work.group_sizes, 0, d.g));
     return s;
   }
   throw InvalidArgument("--shapes: '" + name + "' is not one of: S1, S2, S3, S4");

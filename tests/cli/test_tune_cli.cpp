@@ -128,12 +128,12 @@ TEST_F(TuneCli, TinySweepWritesTableCsvSvgThatTheRuntimeUses) {
   ProcessResult r = tune(args);
   ASSERT_EQ(0, r.status) << r.output;
   // Not a terminal: one line per variant, the heuristic's first.
-  EXPECT_NE(r.output.find("[1/3] tm=256,tk=32,tn=32 (heuristic)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[1/3] tm=512,tk=32,tn=32 (heuristic)"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("[3/3] tm="), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("32.0 rows/group (bucket [32, 64)); 3 candidates"), std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("top 3 of 3 timed"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("speed-up: over the heuristic's tm=256,tk=32,tn=32"), std::string::npos)
+  EXPECT_NE(r.output.find("speed-up: over the heuristic's tm=512,tk=32,tn=32"), std::string::npos)
       << r.output;
 
   // The table: one entry for the problem and the bucket, the fastest of the three.
@@ -220,7 +220,7 @@ TEST_F(TuneCli, TinySweepWritesTableCsvSvgThatTheRuntimeUses) {
   const size_t of = r.output.rfind("of ", timed);
   ASSERT_NE(std::string::npos, of) << r.output;
   EXPECT_LT(std::stoi(r.output.substr(of + 3, timed - of - 3)), 5) << r.output;
-  EXPECT_NE(r.output.find("[1/5] tm=256,tk=32,tn=32 (heuristic)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("[1/5] tm=512,tk=32,tn=32 (heuristic)"), std::string::npos) << r.output;
 }
 
 TEST_F(TuneCli, OptionErrorsNameTheOptionAndTheRuleAndWriteNothing) {

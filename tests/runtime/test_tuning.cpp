@@ -139,6 +139,30 @@ TEST(TuningTable, BucketsAndRowsPerGroup) {
   EXPECT_DOUBLE_EQ(0.0, tuning::rows_per_group(sizes, 0, 0));
 }
 
+// The untuned tiling follows the rows per group of a call: gmm's n-blocks widen when each weight
+// byte serves fewer than 64 rows (clamped to N), and every choice is a valid spec and fits the
+// kernels' scratch limit; tgmm and Pallas keep the spec-time default.
+TEST(Heuristic, FollowsRowsPerGroupAndStaysValid) {
+  const KernelSpec s3 = problem(4096, 512, 128), s1 = problem(1024, 1408, 8);
+  EXPECT_EQ((Tiling{512, 128, 256}), heuristic_tiling(s3, 16));
+  EXPECT_EQ((Tiling{512, 128, 256}), heuristic_tiling(s3, 63.9));
+  EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s3, 64));
+  EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s1, 512));
+  EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s1, 0));  // unknown: the large-group choice
+  EXPECT_EQ((Tiling{512, 40, 24}), heuristic_tiling(problem(40, 24, 3), 2));
+  const KernelSpec t = problem(4096, 512, 128, Op::kTgmm);
+  EXPECT_EQ(default_tiling(t), heuristic_tiling(t, 16));
+  // Whatever the rows, the chosen tiling validates for every dtype pair the runtime serves.
+  for (double rows : {0.0, 1.0, 16.0, 100.0, 5000.0})
+    for (DType d : {DType::kF32, DType::kBF16, DType::kI8}) {
+      KernelSpec s = problem(8192, 8192, 8);
+      s.lhs = d == DType::kI8 ? DType::kBF16 : d, s.rhs = d;
+      if (d == DType::kI8) s.rhs_quant.kind = QuantKind::kChannel;
+      s.tiling = heuristic_tiling(s, rows);
+      EXPECT_NO_THROW(validate(s)) << rows << " rows, " << to_string(d);
+    }
+}
+
 // A table text with one entry whose parts can be replaced.
 std::string table_text(const std::string& entry_json, const std::string& version = "1") {
   return "{\"version\": " + version +
@@ -466,14 +490,14 @@ TEST_F(TuningDirs, DispatchUsesTheTableEntryAndStaysCorrect) {
   const std::vector<int32_t> other{40, 10, 11};  // 20.3 rows per group
   EXPECT_EQ(tuned, rt.gmm_spec(c.l(), c.r(), other, c.o()).tiling);
   const std::vector<int32_t> few{1, 2, 3};
-  EXPECT_EQ(default_tiling(a), rt.gmm_spec(c.l(), c.r(), few, c.o()).tiling);
+  EXPECT_EQ(heuristic_tiling(a, 2.0), rt.gmm_spec(c.l(), c.r(), few, c.o()).tiling);
   // Sharded: the mean is over the active groups of this shard.
   const std::vector<int32_t> wide{0, 0, 0, 20, 0, 38};  // G = 6, groups 3..5 held
   GmmOptions shard;
   shard.group_offset = 3;
   KernelSpec sharded = rt.gmm_spec(c.l(), c.r(), wide, c.o(), shard);
   EXPECT_EQ(6, sharded.g);
-  EXPECT_EQ(default_tiling(sharded), sharded.tiling);  // another problem (G=6, G_local=3)
+  EXPECT_EQ(heuristic_tiling(sharded, 58.0 / 3), sharded.tiling);  // another problem (G_local=3)
   // The caller's override wins over the table.
   GmmOptions over;
   over.tiling = Tiling{4, 8, 8};
@@ -501,7 +525,7 @@ TEST_F(TuningDirs, CorruptTableInTheCacheNeverChangesAResult) {
             std::string::npos)
       << err;
   c.expect_correct();
-  EXPECT_EQ(default_tiling(problem(c.k, c.n, c.g)),
+  EXPECT_EQ(heuristic_tiling(problem(c.k, c.n, c.g), tuning::rows_per_group(c.sizes, 0, c.g)),
             rt.gmm_spec(c.l(), c.r(), c.sizes, c.o()).tiling);
 }
 

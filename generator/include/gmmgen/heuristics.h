@@ -83,6 +83,12 @@ inline constexpr int64_t packed_cols(int64_t tn, int64_t nr) {
 // clipped to the problem (tk <= K, tn <= N) so small problems get small tiles.
 Tiling default_tiling(const KernelSpec& s);
 
+// The runtime's untuned tiling for a call whose groups hold rows_per_group rows on average (the
+// group sizes are known at call time; 0 when unknown): default_tiling() adapted to how often each
+// weight byte is reused. Kernels named by a spec keep default_tiling(), so a spec's kernel name
+// does not depend on the calls it serves.
+Tiling heuristic_tiling(const KernelSpec& s, double rows_per_group);
+
 // The tiling a C++ kernel runs: the spec's, with tk and tn clamped to K and N (a tile larger
 // than its dimension gives the same results). Scratch sizes and the emitted TK, TN use it, so a
 // spec may name any tile in 1..8192 for any problem.

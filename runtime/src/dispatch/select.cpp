@@ -9,7 +9,7 @@ TilingChoice select_tiling(const KernelSpec& problem, const std::optional<Tiling
   if (override) return {*override, TilingSource::kOverride, "", std::nullopt};
   if (tables)
     if (auto tuned = tables->lookup(problem, rows_per_group)) return *tuned;
-  return {default_tiling(problem), TilingSource::kHeuristic, "", std::nullopt};
+  return {heuristic_tiling(problem, rows_per_group), TilingSource::kHeuristic, "", std::nullopt};
 }
 
 void apply_choice(KernelSpec& spec, const TilingChoice& choice) {

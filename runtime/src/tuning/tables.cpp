@@ -184,7 +184,7 @@ std::optional<TilingChoice> Tables::lookup(const KernelSpec& problem, double row
     const Bucket b = bucket_of(rows);
     once(p + "|" + to_string(b), "tuning: " + p + " at " + rows_text(rows) +
                                      " rows/group: no table entry; the heuristic's " +
-                                     tiling_text(default_tiling(problem)));
+                                     tiling_text(heuristic_tiling(problem, rows)));
   }
   return std::nullopt;
 }

@@ -27,8 +27,8 @@ struct Workload {
 // must not exceed it. Throws InvalidArgument naming the rule.
 std::vector<int32_t> group_sizes(const std::string& dist, int32_t g, int64_t m, uint64_t seed);
 
-// The standard shapes of DESIGN §10 (S1..S4) for an op and dtypes: the spec (heuristic tiling)
-// and its workload.
+// The standard shapes of DESIGN §10 (S1..S4) for an op and dtypes: the spec, with the tiling the
+// runtime uses untuned for its workload (heuristic_tiling at its rows per group), and the workload.
 struct Shape {
   KernelSpec spec;
   Workload work;
@@ -59,7 +59,7 @@ const std::vector<QuantPreset>& quant_presets();
 // InvalidArgument naming --quant, the item and the rule; duplicates are dropped.
 std::vector<QuantPreset> parse_quant_set(const std::string& text);
 
-// A spec with the preset's dtypes and schemes (tiling recomputed by the heuristic).
+// A spec with the preset's dtypes and schemes (and the same tiling).
 KernelSpec with_quant(const KernelSpec& spec, const QuantPreset& p);
 
 // Whether either operand of the spec holds codes (i8, i4, nf4, t2, fp8).
@@ -71,7 +71,7 @@ bool is_quantized(const KernelSpec& spec);
 DType activation_dtype(const KernelSpec& spec);
 
 // The float problem a quantized spec is compared with: both operands in activation_dtype, no
-// scales, the same output and layouts, the heuristic tiling.
+// scales, the same output, layouts and tiling.
 KernelSpec float_counterpart(const KernelSpec& spec);
 
 enum class BaselineKind { kOneDnn, kOpenBlas, kNone };
