@@ -170,6 +170,32 @@ TEST_F(QuantRuntime, PeerShapesInt8AndInt4WithBlocksOf16And128AndChannels) {
   }
 }
 
+// A contraction longer than one i32 chunk of the integer dot product (2^16 products of codes):
+// per-channel scales, so the whole of K is one scale block summed as two chunks, and codes near
+// their extremes (most at +-127) so that each chunk's sums are as large as they get.
+TEST_F(QuantRuntime, IntegerProductsLongerThanOneI32Chunk) {
+  const int32_t G = 2;
+  const int64_t M = 6, K = 70001, N = 40;
+  std::mt19937_64 rng(11);
+  const std::vector<int32_t> sizes{4, 1};  // the last row is in no group
+  std::vector<float> x = random_matrix(M * K, 1.0, rng), w = random_matrix(G * K * N, 1.0, rng);
+  for (auto* v : {&x, &w})
+    for (float& f : *v) f = f < -0.2f ? -1.0f : f > 0.2f ? 1.0f : f;  // mostly +-absmax
+  const Quant channel{QuantKind::kChannel, 0, 0};
+  for (DType rhs_dtype : {DType::kI8, DType::kI4}) {
+    const QMatrix lhs(x, 1, M, K, DType::kI8, channel, QuantAxis::kCols);
+    const QMatrix rhs(w, G, K, N, rhs_dtype, channel, QuantAxis::kRows);
+    std::vector<float> out(size_t(M * N), std::nanf(""));
+    GmmOptions o;
+    o.lhs_scales = {channel, lhs.scales.data(), 0};
+    o.rhs_scales = {channel, rhs.scales.data(), 0};
+    rt_->gmm(TensorView::matrix(lhs.codes.data(), DType::kI8, M, K),
+             TensorView::batch(rhs.codes.data(), rhs_dtype, G, K, N), sizes,
+             TensorView::matrix(out.data(), DType::kF32, M, N), o);
+    expect_gmm_matches(out, lhs, rhs, sizes, 2, "i8 x " + std::string(to_string(rhs_dtype)));
+  }
+}
+
 TEST_F(QuantRuntime, BlockFp8OneBy128TimesOneTwentyEightSquaredAtEveryK) {
   const int32_t G = 8;
   const int64_t M = 512, N = 512;

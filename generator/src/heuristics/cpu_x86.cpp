@@ -27,13 +27,13 @@ const std::array<IsaFamily, 4> kFamilies{{
      "defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && "
      "defined(__AVX512VL__) && defined(__AVX512BF16__) && defined(__AVX512VNNI__) && "
      "defined(__FMA__) && defined(__F16C__)",
-     "cpp/ukernel/avx512bf16.inc", 16, 6, 64, true, true, "cpp/quant/decode_avx512.inc"},
+     "cpp/ukernel/avx512bf16.inc", 16, 6, 64, true, true, true, "cpp/quant/decode_avx512.inc"},
     {Isa::kAvx512, "avx512", "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c", kAvx512Guard,
-     "cpp/ukernel/avx512.inc", 16, 6, 64, false, true, "cpp/quant/decode_avx512.inc"},
+     "cpp/ukernel/avx512.inc", 16, 6, 64, false, false, true, "cpp/quant/decode_avx512.inc"},
     {Isa::kAvx2, "avx2", "avx2,fma,f16c",
      "defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)", "cpp/ukernel/avx2.inc", 8, 6, 16,
-     false, false, "cpp/quant/decode_avx2.inc"},
-    {Isa::kGeneric, "generic", "", "1", "cpp/ukernel/generic.inc", 1, 4, 16, false, false,
+     false, false, false, "cpp/quant/decode_avx2.inc"},
+    {Isa::kGeneric, "generic", "", "1", "cpp/ukernel/generic.inc", 1, 4, 16, false, false, false,
      "cpp/quant/decode_generic.inc"},
 }};
 

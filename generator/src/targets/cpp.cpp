@@ -148,9 +148,14 @@ mu::data family_context(const KernelSpec& s, const IsaFamily& f, size_t index, s
   // codes to bf16 and takes the pair dot product too.
   const bool qpairs = f.bf16_dot && s.op == Op::kGmm && quant_kernel(s) && bf16_exact(s.lhs) &&
                       bf16_exact(s.rhs) && (run_tiling(s).tk % 2 == 0 || run_tiling(s).tk >= s.k);
-  ctx.set("bf16_dot", mu::data(pairs || qpairs));
+  // Integer codes on both sides take the family's integer dot product of four consecutive k
+  // (k-blocks start on a quad) instead.
+  const bool qint = f.int8_dot && s.op == Op::kGmm && is_integer(s.lhs) && is_integer(s.rhs) &&
+                    (run_tiling(s).tk % 4 == 0 || run_tiling(s).tk >= s.k);
+  ctx.set("bf16_dot", mu::data((pairs || qpairs) && !qint));
   ctx.set("pairs", mu::data(pairs));
-  ctx.set("qpairs", mu::data(qpairs));
+  ctx.set("qpairs", mu::data(qpairs && !qint));
+  ctx.set("qint", mu::data(qint));
   if (quant_kernel(s)) ctx.set("qdecode", r.render(f.qdecode, ctx));
   ctx.set("scratch_bytes", std::to_string(scratch_bytes(s, f)));
   ctx.set("prefetch_spread_tiles", std::to_string(kPrefetchSpreadTiles));
