@@ -18,6 +18,8 @@ class GilTest(unittest.TestCase):
             # The values do not matter here: the call must only last long enough (>= 0.25 s,
             # growing M up to 320k rows on a fast machine).
             m = 40000
+            # Compiled first: a call that compiles would end the calibration at once.
+            gmmgen.gmm(np.full((m, K), 0.5, np.float32), rhs, np.full(G, m // G, np.int32))
             while True:
                 lhs = np.full((m, K), 0.5, np.float32)
                 sizes = np.full(G, m // G, np.int32)

@@ -140,8 +140,8 @@ TEST(TuningTable, BucketsAndRowsPerGroup) {
 }
 
 // The untuned tiling follows the rows per group of a call: gmm's n-blocks widen when each weight
-// byte serves fewer than 64 rows (clamped to N), and every choice is a valid spec and fits the
-// kernels' scratch limit; tgmm and Pallas keep the spec-time default.
+// byte serves fewer than 64 rows (clamped to N), tgmm's k-blocks deepen for a narrow output, and
+// every choice is a valid spec and fits the kernels' scratch limit.
 TEST(Heuristic, FollowsRowsPerGroupAndStaysValid) {
   const KernelSpec s3 = problem(4096, 512, 128), s1 = problem(1024, 1408, 8);
   EXPECT_EQ((Tiling{512, 128, 256}), heuristic_tiling(s3, 16));
@@ -152,6 +152,7 @@ TEST(Heuristic, FollowsRowsPerGroupAndStaysValid) {
   EXPECT_EQ((Tiling{512, 40, 24}), heuristic_tiling(problem(40, 24, 3), 2));
   const KernelSpec t = problem(4096, 512, 128, Op::kTgmm);
   EXPECT_EQ(default_tiling(t), heuristic_tiling(t, 16));
+  EXPECT_EQ((Tiling{256, 256, 8}), heuristic_tiling(problem(512, 8, 1, Op::kTgmm), 2048));
   // Whatever the rows, the chosen tiling validates for every dtype pair the runtime serves.
   for (double rows : {0.0, 1.0, 16.0, 100.0, 5000.0})
     for (DType d : {DType::kF32, DType::kBF16, DType::kI8}) {
