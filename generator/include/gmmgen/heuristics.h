@@ -34,7 +34,9 @@ struct IsaFamily {
   int64_t vec;               // f32 lanes of one vector register (1: scalar code)
   int64_t mr, nr;            // register tile: mr rows x nr f32 columns of accumulators
   bool bf16_dot;             // has a bf16 x bf16 pair dot product (vdpbf16ps)
-  bool int8_dot;             // has a u8 x s8 dot product of four into i32 (vpdpbusd, VNNI)
+  // Sums integer x integer codes with an exact integer dot product into i32: vpdpbusd (VNNI,
+  // four u8 x s8 products per lane) on avx512bf16, vpmaddwd (two i16 x i16) on avx2.
+  bool int_dot;
   // tgmm reads f32 operands in place (rows lda apart) rather than copying each chunk of rows to
   // contiguous scratch: pays when the register tile has enough FMAs per depth step to hide a TLB
   // miss per row (AVX-512 6x64: S1 203 vs 189 GFLOP/s on Zen 4; AVX2 6x16 copies: S3 142 vs 104).

@@ -32,7 +32,7 @@ const std::array<IsaFamily, 4> kFamilies{{
      "cpp/ukernel/avx512.inc", 16, 6, 64, false, false, true, "cpp/quant/decode_avx512.inc"},
     {Isa::kAvx2, "avx2", "avx2,fma,f16c",
      "defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)", "cpp/ukernel/avx2.inc", 8, 6, 16,
-     false, false, false, "cpp/quant/decode_avx2.inc"},
+     false, true, false, "cpp/quant/decode_avx2.inc"},
     {Isa::kGeneric, "generic", "", "1", "cpp/ukernel/generic.inc", 1, 4, 16, false, false, false,
      "cpp/quant/decode_generic.inc"},
 }};

@@ -148,9 +148,9 @@ mu::data family_context(const KernelSpec& s, const IsaFamily& f, size_t index, s
   // codes to bf16 and takes the pair dot product too.
   const bool qpairs = f.bf16_dot && s.op == Op::kGmm && quant_kernel(s) && bf16_exact(s.lhs) &&
                       bf16_exact(s.rhs) && (run_tiling(s).tk % 2 == 0 || run_tiling(s).tk >= s.k);
-  // Integer codes on both sides take the family's integer dot product of four consecutive k
-  // (k-blocks start on a quad) instead.
-  const bool qint = f.int8_dot && s.op == Op::kGmm && is_integer(s.lhs) && is_integer(s.rhs) &&
+  // Integer codes on both sides take the family's integer dot product instead (k-blocks start on
+  // a quad of k).
+  const bool qint = f.int_dot && s.op == Op::kGmm && is_integer(s.lhs) && is_integer(s.rhs) &&
                     (run_tiling(s).tk % 4 == 0 || run_tiling(s).tk >= s.k);
   ctx.set("bf16_dot", mu::data((pairs || qpairs) && !qint));
   ctx.set("pairs", mu::data(pairs));
