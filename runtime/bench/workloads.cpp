@@ -111,13 +111,14 @@ Shape standard_shape(const std::string& name, Op op, DType lhs, DType rhs, DType
                                     {"S4", 512, 2048, 2048, 32, "decode"}};
   for (const Def& d : kShapes) {
     if (name != d.name) continue;
+    std::vector<int32_t> sizes = group_sizes(d.dist, int32_t(d.g), d.m, 12345);
     Shape s;
     s.spec.op = op, s.spec.lhs = lhs, s.spec.rhs = rhs, s.spec.out = out;
     s.spec.k = d.k, s.spec.n = d.n, s.spec.g = s.spec.g_local = d.g;
+    s.spec.tiling = heuristic_tiling(s.spec, tuning::rows_per_group(sizes, 0, d.g));
     s.work.shape = d.name;
     s.work.m = d.m;
-    s.work.group_sizes = group_sizes(d.dist, int32_t(d.g), d.m, 12345);
-    s.spec.tiling = heuristic_tiling(s.spec, tuning::rows_per_group(s.work.group_sizes, 0, d.g));
+    s.work.group_sizes = std::move(sizes);
     return s;
   }
   throw InvalidArgument("--shapes: '" + name + "' is not one of: S1, S2, S3, S4");
