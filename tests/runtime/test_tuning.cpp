@@ -139,13 +139,25 @@ TEST(TuningTable, BucketsAndRowsPerGroup) {
   EXPECT_DOUBLE_EQ(0.0, tuning::rows_per_group(sizes, 0, 0));
 }
 
-// The untuned tiling follows the rows per group of a call: gmm's n-blocks widen when each weight
-// byte serves fewer than 64 rows (clamped to N), tgmm's k-blocks deepen for a narrow output, and
-// every choice is a valid spec and fits the kernels' scratch limit.
+// The untuned tiling follows the rows per group of a call: gmm's n-blocks (and on avx2 its
+// k-blocks) grow when each weight byte serves fewer than 64 rows (clamped to K and N), tgmm's
+// k-blocks deepen for a narrow output, and every choice is a valid spec and fits the kernels'
+// scratch limit.
 TEST(Heuristic, FollowsRowsPerGroupAndStaysValid) {
-  const KernelSpec s3 = problem(4096, 512, 128), s1 = problem(1024, 1408, 8);
+  KernelSpec s3 = problem(4096, 512, 128), s1 = problem(1024, 1408, 8);
+  s3.isa = Isa::kAvx512Bf16;
   EXPECT_EQ((Tiling{512, 128, 256}), heuristic_tiling(s3, 16));
   EXPECT_EQ((Tiling{512, 128, 256}), heuristic_tiling(s3, 63.9));
+  // The ISA family: 256-bit vectors (avx2) also take deeper k-blocks for small groups; native is
+  // the host's family.
+  KernelSpec s3_avx2 = s3;
+  s3_avx2.isa = Isa::kAvx2;
+  EXPECT_EQ((Tiling{512, 256, 256}), heuristic_tiling(s3_avx2, 16));
+  EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s3_avx2, 100));
+  KernelSpec s3_native = s3;
+  s3_native.isa = Isa::kNative;
+  s3.isa = host_isa();
+  EXPECT_EQ(heuristic_tiling(s3, 16), heuristic_tiling(s3_native, 16));
   EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s3, 64));
   EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s1, 512));
   EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s1, 0));  // unknown: the large-group choice

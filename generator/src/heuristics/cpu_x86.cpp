@@ -101,9 +101,12 @@ bool host_supports(Isa isa) {
 }
 
 Isa host_isa() {
-  for (const auto& f : kFamilies)
-    if (host_supports(f.isa)) return f.isa;
-  return Isa::kGeneric;
+  static const Isa best = [] {  // cpuid once: the runtime asks on every untuned call
+    for (const auto& f : kFamilies)
+      if (host_supports(f.isa)) return f.isa;
+    return Isa::kGeneric;
+  }();
+  return best;
 }
 
 // C++ target defaults, from sweeps on Zen 4 (median of 3, S1-S4; the landscape is flat within
@@ -133,10 +136,12 @@ Tiling default_tiling(const KernelSpec& s) {
 // of tm=512 rows pack each weight block once for groups of 256-512 rows (S1 +5%, S2 +3%); with
 // fewer than 64 rows per group the weights stream from memory once per call and an item of
 // tn=256 columns reads each [K, N] weight row in runs 4x longer, which the prefetchers follow
-// (S3 122 -> 131 GFLOP/s, S4 107 -> 133). tgmm's default was within 8% of the best on S1-S4 and
-// the MoE products, except for a narrow output (the MoE router's weight gradient, N=8): an item
-// is a [tk x tn] output tile, and with tn <= 32 a deeper tk=256 gives each pass over the group's
-// rows enough work (0.28 -> 0.22 ms, +25%).
+// (S3 122 -> 131 GFLOP/s, S4 107 -> 133). The avx2 family (6x16 register tiles of 256-bit
+// vectors) also wants k-blocks of tk=256 there: S3 72 -> 118 GFLOP/s, S4 77-83 -> 93-109, where
+// the AVX-512 families are even in f32 and ~5% slower in bf16. tgmm's default was within
+// 8% of the best on S1-S4 and the MoE products, except for a narrow output (the MoE router's weight
+// gradient, N=8): an item is a [tk x tn] output tile, and with tn <= 32 a deeper tk=256 gives each
+// pass over the group's rows enough work (0.28 -> 0.22 ms, +25%).
 Tiling heuristic_tiling(const KernelSpec& s, double rows_per_group) {
   Tiling t = default_tiling(s);
   if (s.target != TargetKind::kCpp) return t;
@@ -145,7 +150,11 @@ Tiling heuristic_tiling(const KernelSpec& s, double rows_per_group) {
     return t;
   }
   t.tm = 512;
-  if (rows_per_group > 0 && rows_per_group < 64) t.tn = std::clamp<int64_t>(s.n, 1, 256);
+  if (rows_per_group > 0 && rows_per_group < 64) {
+    t.tn = std::clamp<int64_t>(s.n, 1, 256);
+    const IsaFamily& f = isa_family(s.isa == Isa::kNative ? host_isa() : s.isa);
+    if (f.vec == 8) t.tk = std::clamp<int64_t>(s.k, 1, 256);
+  }
   return t;
 }
 
