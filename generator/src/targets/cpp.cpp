@@ -144,17 +144,17 @@ mu::data family_context(const KernelSpec& s, const IsaFamily& f, size_t index, s
   ctx.set("vecs", vecs);
   const bool pairs =
       f.bf16_dot && s.op == Op::kGmm && s.lhs == DType::kBF16 && s.rhs == DType::kBF16;
-  // Quantized gmm whose operands are all bf16 values (and whose k-blocks start on a pair) decodes
-  // codes to bf16 and takes the pair dot product too.
-  const bool qpairs = f.bf16_dot && s.op == Op::kGmm && quant_kernel(s) && bf16_exact(s.lhs) &&
-                      bf16_exact(s.rhs) && (run_tiling(s).tk % 2 == 0 || run_tiling(s).tk >= s.k);
-  // Integer codes on both sides take the family's integer dot product instead (k-blocks start on
-  // a quad of k).
+  // Integer codes on both sides take the family's integer dot product (k-blocks start on a quad
+  // of k); other quantized gmm whose operands are all bf16 values (and whose k-blocks start on a
+  // pair) decodes codes to bf16 and takes the pair dot product.
+  const int64_t tk = run_tiling(s).tk;
   const bool qint = f.int_dot && s.op == Op::kGmm && is_integer(s.lhs) && is_integer(s.rhs) &&
-                    (run_tiling(s).tk % 4 == 0 || run_tiling(s).tk >= s.k);
-  ctx.set("bf16_dot", mu::data((pairs || qpairs) && !qint));
+                    (tk % 4 == 0 || tk >= s.k);
+  const bool qpairs = f.bf16_dot && s.op == Op::kGmm && quant_kernel(s) && !qint &&
+                      bf16_exact(s.lhs) && bf16_exact(s.rhs) && (tk % 2 == 0 || tk >= s.k);
+  ctx.set("bf16_dot", mu::data(pairs || qpairs));
   ctx.set("pairs", mu::data(pairs));
-  ctx.set("qpairs", mu::data(qpairs && !qint));
+  ctx.set("qpairs", mu::data(qpairs));
   ctx.set("qint", mu::data(qint));
   if (quant_kernel(s)) ctx.set("qdecode", r.render(f.qdecode, ctx));
   ctx.set("scratch_bytes", std::to_string(scratch_bytes(s, f)));
