@@ -14,12 +14,12 @@
 #include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_65f4ad8e.h"
 #include "tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_dd300c54.h"
 #include "tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_4decd95f.h"
-#include "gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_4ba271c9.h"
-#include "tgmm_f8e4m3xf8e5m2_f32_k512_n768_g8_t256x96x128_qlblock128_qrblock128_b36eb8f6.h"
-#include "gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_6d96a390.h"
-#include "gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_26fbf8c2.h"
-#include "gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_da86d4f3.h"
-#include "gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_c44012c1.h"
+#include "gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_cd00360f.h"
+#include "tgmm_f8e4m3xf8e5m2_f32_k512_n768_g8_t256x96x128_qlblock128_qrblock128_36f953a0.h"
+#include "gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_831316e6.h"
+#include "gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_92600029.h"
+#include "gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_d839816d.h"
+#include "gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_b2cfdf40.h"
 
 #ifdef __cplusplus
 extern "C" {
