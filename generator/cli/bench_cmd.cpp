@@ -83,6 +83,22 @@ int run_bench(const BenchOptions& o) {
   // --m rows split by --dist. Every quantized row runs after its float counterpart.
   std::vector<Job> jobs;
   if (!o.shapes.empty()) {
+    // The standard shapes set every field but the family and the tiling: --isa and --tm/--tk/--tn
+    // apply to each of their rows; any other spec option would be ignored, so it is an error.
+    if (!o.specs.texts.empty() || !o.specs.files.empty())
+      throw InvalidArgument("--shapes runs the standard shapes: it takes no --spec or --spec-file");
+    for (const auto& [key, value] : o.specs.flags)
+      if (key != "isa" && key != "tm" && key != "tk" && key != "tn")
+        throw InvalidArgument("--" + key +
+                              " with --shapes: the standard shapes set it (they take "
+                              "--isa, --tm, --tk and --tn; --quant sets the dtypes)");
+  }
+  // A standard shape's spec with the --isa/--tm/--tk/--tn given.
+  const auto with_flags = [&](KernelSpec spec) {
+    for (const auto& [key, value] : o.specs.flags) set_field(spec_field(key), spec, value);
+    return spec;
+  };
+  if (!o.shapes.empty()) {
     struct Kind {
       Op op;
       DType lhs, rhs, out;
@@ -97,15 +113,16 @@ int run_bench(const BenchOptions& o) {
       for (const Kind& k : kinds)
         for (const auto& name : names) {
           const bench::Shape s = bench::standard_shape(name, k.op, k.lhs, k.rhs, k.out);
+          const KernelSpec spec = with_flags(s.spec);
           ++candidates;
-          if (o.filter.matches(s.spec)) jobs.push_back({s.spec, s.work, -1});
+          if (o.filter.matches(spec)) jobs.push_back({spec, s.work, -1});
         }
     } else {
       for (const auto& name : names) {
         const bench::Shape s =
             bench::standard_shape(name, Op::kGmm, DType::kF32, DType::kF32, DType::kF32);
         for (const auto& p : presets) {
-          const KernelSpec q = bench::with_quant(s.spec, p);
+          const KernelSpec q = bench::with_quant(with_flags(s.spec), p);
           ++candidates;
           if (o.filter.matches(q)) add_quantized(jobs, q, s.work);
         }

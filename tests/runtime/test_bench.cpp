@@ -299,6 +299,40 @@ TEST(BenchQuant, CliRejectsBadQuantBeforeRunning) {
   }
 }
 
+// --shapes takes the family and the tiling (--isa, --tm, --tk, --tn) for every row; a spec
+// option the standard shapes set would be ignored, so it is an error before anything is timed.
+TEST(BenchShapes, TakeIsaAndTilingRejectOtherSpecOptions) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"bench", "--shapes", "S1", "--lhs", "bf16"},
+        std::vector<std::string>{"bench", "--shapes", "S1", "-k", "64"},
+        std::vector<std::string>{"bench", "--shapes", "S1", "--spec", "k=8,n=8,g=1"}}) {
+    std::vector<std::string> argv = args;
+    argv.insert(argv.begin(), GMMGEN_CLI);
+    const ProcessResult r = run_process(argv);
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_NE(r.output.find(args[3]), std::string::npos) << r.output;  // names the option
+    EXPECT_EQ(r.output.find("GFLOP/s"), std::string::npos) << r.output;
+  }
+  const std::string json = (std::filesystem::temp_directory_path() /
+                            ("gmmgen_bench_shapes_" + std::to_string(::getpid()) + ".json"))
+                               .string();
+  const ProcessResult r = run_process(
+      {GMMGEN_CLI, "bench", "--shapes",   "S1",       "--isa",     "generic", "--tm",
+       "64",       "--tn",  "32",         "--filter", "gmm_bf16*", "--quant", "bf16/i8@channel",
+       "--reps",   "1",     "--baseline", "none",     "--json",    json});
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::ifstream in(json);
+  const auto j = nlohmann::json::parse(in);
+  std::filesystem::remove(json);
+  ASSERT_EQ(j["rows"].size(), 2u);  // the float counterpart, then the quantized row
+  for (const auto& row : j["rows"]) {
+    const std::string kernel = row["kernel"];
+    EXPECT_NE(kernel.find("_t64x"), std::string::npos) << kernel;
+    EXPECT_NE(kernel.find("x32_"), std::string::npos) << kernel;
+    EXPECT_NE(kernel.find("_generic_"), std::string::npos) << kernel;
+  }
+}
+
 // A quantized --spec row runs after gmm-gen's kernel on its float counterpart (bf16 x bf16 here)
 // and reports `vs float`: its GFLOP/s over that row's, in the table and the JSON.
 TEST(BenchQuant, CliQuantizedRowReportsVsFloat) {
