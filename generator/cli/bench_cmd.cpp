@@ -82,6 +82,11 @@ int run_bench(const BenchOptions& o) {
   // --quant: gmm with each preset's dtypes, after its float counterpart), or the given specs on
   // --m rows split by --dist. Every quantized row runs after its float counterpart.
   std::vector<Job> jobs;
+  // A standard shape's spec with the --isa/--tm/--tk/--tn given.
+  const auto with_flags = [&](KernelSpec spec) {
+    for (const auto& [key, value] : o.specs.flags) set_field(spec_field(key), spec, value);
+    return spec;
+  };
   if (!o.shapes.empty()) {
     // The standard shapes set every field but the family and the tiling: --isa and --tm/--tk/--tn
     // apply to each of their rows; any other spec option would be ignored, so it is an error.
@@ -92,13 +97,6 @@ int run_bench(const BenchOptions& o) {
         throw InvalidArgument("--" + key +
                               " with --shapes: the standard shapes set it (they take "
                               "--isa, --tm, --tk and --tn; --quant sets the dtypes)");
-  }
-  // A standard shape's spec with the --isa/--tm/--tk/--tn given.
-  const auto with_flags = [&](KernelSpec spec) {
-    for (const auto& [key, value] : o.specs.flags) set_field(spec_field(key), spec, value);
-    return spec;
-  };
-  if (!o.shapes.empty()) {
     struct Kind {
       Op op;
       DType lhs, rhs, out;
