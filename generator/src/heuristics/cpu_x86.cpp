@@ -193,8 +193,14 @@ int64_t scratch_bytes(const KernelSpec& s, const IsaFamily& f) {
     // Each array starts on a cache line: up to 15 floats of padding after each of 6, and 16 for
     // an unused i32 partial.
     floats += 2 * acc + 16 + 6 * 15;
-    // gmm: one staged panel [tk'][nr], lhs rows of even length, the block's rhs scales [tn'].
-    if (s.op == Op::kGmm) floats += (tk + 1) / 2 * 2 * f.nr + f.mr + packed_cols(tn, f.nr);
+    // gmm: one staged panel [tk'][nr], lhs rows of even length, and the rhs scales [tn'] of each
+    // scale block closing in a k-block (tk / sb + 2 at most; sb: the finest block along K).
+    int64_t sb = s.k;
+    for (const Quant& q : {s.lhs_quant, s.rhs_quant})
+      if (q.kind == QuantKind::kBlock) sb = std::min(sb, q.block_k);
+    if (s.op == Op::kGmm)
+      floats += (tk + 1) / 2 * 2 * f.nr + f.mr +
+                (tk / std::max<int64_t>(sb, 1) + 2) * packed_cols(tn, f.nr);
   }
   return (floats * 4 + 63) / 64 * 64;
 }
