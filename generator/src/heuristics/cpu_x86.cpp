@@ -195,12 +195,13 @@ int64_t scratch_bytes(const KernelSpec& s, const IsaFamily& f) {
     floats += 2 * acc + 16 + 6 * 15;
     // gmm: one staged panel [tk'][nr], lhs rows of even length, and the rhs scales [tn'] of each
     // scale block closing in a k-block (tk / sb + 2 at most; sb: the finest block along K).
-    int64_t sb = s.k;
-    for (const Quant& q : {s.lhs_quant, s.rhs_quant})
-      if (q.kind == QuantKind::kBlock) sb = std::min(sb, q.block_k);
-    if (s.op == Op::kGmm)
+    if (s.op == Op::kGmm) {
+      int64_t sb = s.k;
+      for (const Quant& q : {s.lhs_quant, s.rhs_quant})
+        if (q.kind == QuantKind::kBlock) sb = std::min(sb, q.block_k);
       floats += (tk + 1) / 2 * 2 * f.nr + f.mr +
                 (tk / std::max<int64_t>(sb, 1) + 2) * packed_cols(tn, f.nr);
+    }
   }
   return (floats * 4 + 63) / 64 * 64;
 }
