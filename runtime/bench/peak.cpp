@@ -73,7 +73,7 @@ std::string cpuinfo_field(const std::string& key) {
 
 double measure_peak_gflops(int threads) {
   const Isa isa = host_isa();
-  const int lanes = isa == Isa::kAvx512 || isa == Isa::kAvx512Bf16 ? 16 : isa == Isa::kAvx2 ? 8 : 1;
+  const int lanes = int(isa_family(isa).vec);
   double (*loop)() = fma_scalar;
   int64_t iters = kIters / 4;
 #if defined(__x86_64__)

@@ -14,6 +14,7 @@
 #include "gmmgen/spec.h"
 #include "quant_matrix.h"
 #include "test_kernels.h"
+#include "test_kernels_amx.h"
 #include "test_kernels_avx2.h"
 #include "test_kernels_avx512.h"
 #include "test_kernels_avx512bf16.h"
@@ -37,6 +38,7 @@ inline std::vector<KernelUnderTest> all_kernels() {
   add(test_kernels_kernels, test_kernels_kernel_count);
   add(dtype_matrix_kernels, dtype_matrix_kernel_count);
   add(quant_matrix_kernels, quant_matrix_kernel_count);
+  add(test_kernels_amx_kernels, test_kernels_amx_kernel_count);
   add(test_kernels_avx512bf16_kernels, test_kernels_avx512bf16_kernel_count);
   add(test_kernels_avx512_kernels, test_kernels_avx512_kernel_count);
   add(test_kernels_avx2_kernels, test_kernels_avx2_kernel_count);

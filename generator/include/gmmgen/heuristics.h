@@ -41,6 +41,9 @@ struct IsaFamily {
   // contiguous scratch: pays when the register tile has enough FMAs per depth step to hide a TLB
   // miss per row (AVX-512 6x64: S1 203 vs 189 GFLOP/s on Zen 4; AVX2 6x16 copies: S3 142 vs 104).
   bool tgmm_in_place;
+  // bf16 x bf16 gmm multiplies 16 x 32 by 32 x 16 tiles (AMX tdpbf16ps) where the OS grants
+  // the tile state (templates/cpp/ukernel/amx.inc); everything else is its base family's code.
+  bool tiles;
   // How its kernels decode quantized codes (templates/cpp/quant/decode_*.inc): table lookups in
   // registers (AVX-512BW), gathers from the value table (AVX2), or scalar code.
   std::string_view qdecode;
@@ -54,6 +57,14 @@ const IsaFamily& isa_family(Isa isa);  // isa != native
 // Compiler flags a spec's kernel needs: none for an explicit family (its code carries target
 // attributes), -march=native for native (the compiler's flags choose the family).
 std::vector<std::string> isa_flags(Isa isa);
+
+// Whether a kernel of family f multiplies with AMX tiles: bf16 x bf16 gmm on a family with
+// tiles, whose tile scratch (the item's packed weights over all of K, and its lhs rows staged
+// where a tile is partial: tile_scratch_bytes) stays within kMaxTileScratchBytes; above that
+// it takes the base family's vector code.
+inline constexpr int64_t kMaxTileScratchBytes = int64_t{4} << 20;
+int64_t tile_scratch_bytes(const KernelSpec& s, const IsaFamily& f);
+bool tile_path(const KernelSpec& s, const IsaFamily& f);
 
 // The best family this machine can run (cpuid), and whether it can run a given one.
 Isa host_isa();

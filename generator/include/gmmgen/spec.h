@@ -41,7 +41,7 @@ static_assert(int(OutMode::kPlain) == GMMGEN_OUT_PLAIN &&
 enum class TargetKind { kCpp, kPallas };
 // ISA families of the C++ target (generator/src/heuristics/cpu_x86.cpp describes each);
 // native is the best family of the machine that compiles the kernel.
-enum class Isa { kNative, kAvx512Bf16, kAvx512, kAvx2, kGeneric };
+enum class Isa { kNative, kAvx512Bf16, kAvx512, kAvx2, kGeneric, kAmx };
 // tgmm only: the lhs operand is stored [M, K] (mk) or already transposed [K, M] (km).
 enum class LhsLayout { kMK, kKM };
 

@@ -9,6 +9,10 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #endif
+#if defined(__linux__) && defined(__x86_64__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace gmmgen {
 namespace {
@@ -20,26 +24,50 @@ constexpr std::string_view kAvx512Guard =
 // Best first: native resolves to the first family whose guard holds. Register tiles measured on
 // Zen 4 (explicit micro-kernels, K=1024 packed panels, one core): avx512 6x64 and 8x48 at
 // 99-100% of the FMA peak with g++ 12 and clang++ 14, 12x32 at 89%, 14x32 at 75%; avx2 6x16 at
-// 93% with both compilers, 4x24 at 69% (g++) / 90% (clang++).
-const std::array<IsaFamily, 4> kFamilies{{
-    {Isa::kAvx512Bf16, "avx512bf16",
-     "avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx512vnni,avx2,fma,f16c",
+// 93% with both compilers, 4x24 at 69% (g++) / 90% (clang++). amx is avx512bf16 plus AMX tiles
+// (Sapphire Rapids and later) for bf16 x bf16 gmm; clang spells its macros __AMXTILE__ and
+// __AMXBF16__, GCC __AMX_TILE__ and __AMX_BF16__.
+constexpr std::string_view kAvx512Bf16Guard =
+    "defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && "
+    "defined(__AVX512VL__) && defined(__AVX512BF16__) && defined(__AVX512VNNI__) && "
+    "defined(__FMA__) && defined(__F16C__)";
+const std::array<IsaFamily, 5> kFamilies{{
+    {Isa::kAmx, "amx",
+     "avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx512vnni,avx2,fma,f16c,amx-tile,amx-bf16",
      "defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && "
      "defined(__AVX512VL__) && defined(__AVX512BF16__) && defined(__AVX512VNNI__) && "
-     "defined(__FMA__) && defined(__F16C__)",
-     "cpp/ukernel/avx512bf16.inc", 16, 6, 64, true, true, true, "cpp/quant/decode_avx512.inc"},
+     "defined(__FMA__) && defined(__F16C__) && (defined(__AMX_TILE__) || defined(__AMXTILE__)) && "
+     "(defined(__AMX_BF16__) || defined(__AMXBF16__))",
+     "cpp/ukernel/amx.inc", 16, 6, 64, true, true, true, true, "cpp/quant/decode_avx512.inc"},
+    {Isa::kAvx512Bf16, "avx512bf16",
+     "avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx512vnni,avx2,fma,f16c", kAvx512Bf16Guard,
+     "cpp/ukernel/avx512bf16.inc", 16, 6, 64, true, true, true, false,
+     "cpp/quant/decode_avx512.inc"},
     {Isa::kAvx512, "avx512", "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c", kAvx512Guard,
-     "cpp/ukernel/avx512.inc", 16, 6, 64, false, false, true, "cpp/quant/decode_avx512.inc"},
+     "cpp/ukernel/avx512.inc", 16, 6, 64, false, false, true, false, "cpp/quant/decode_avx512.inc"},
     {Isa::kAvx2, "avx2", "avx2,fma,f16c",
      "defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)", "cpp/ukernel/avx2.inc", 8, 6, 16,
-     false, true, false, "cpp/quant/decode_avx2.inc"},
+     false, true, false, false, "cpp/quant/decode_avx2.inc"},
     {Isa::kGeneric, "generic", "", "1", "cpp/ukernel/generic.inc", 1, 4, 16, false, false, false,
-     "cpp/quant/decode_generic.inc"},
+     false, "cpp/quant/decode_generic.inc"},
 }};
 
 struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false, avx512 = false, bf16 = false, vnni = false;
+  bool amx = false;  // AMX tiles with bf16, and the OS lets this process use them
 };
+
+// Linux hands out the AMX tile state per process on request (arch_prctl ARCH_REQ_XCOMP_PERM for
+// XFEATURE_XTILEDATA); without the grant a tile instruction faults. Kernels ask again themselves
+// (templates/cpp/ukernel/amx.inc), so code built elsewhere needs nothing from this process.
+bool amx_permitted() {
+#if defined(__linux__) && defined(__x86_64__)
+  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
+  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
+#else
+  return false;
+#endif
+}
 
 CpuFeatures detect() {
   CpuFeatures f;
@@ -60,7 +88,10 @@ CpuFeatures detect() {
              vl = b & (1u << 31);
   f.avx512 = zmm_state && avx512f && dq && bw && vl;
   f.vnni = f.avx512 && (c & (1u << 11));
+  const bool amx_tile = d & (1u << 24), amx_bf16 = d & (1u << 22);
+  const bool tile_state = (xcr0_lo & 0x60000u) == 0x60000u;  // XTILECFG and XTILEDATA
   if (f.avx512 && __get_cpuid_count(7, 1, &a, &b, &c, &d)) f.bf16 = a & (1u << 5);
+  f.amx = f.bf16 && f.vnni && amx_tile && amx_bf16 && tile_state && amx_permitted();
 #endif
   return f;
 }
@@ -96,6 +127,8 @@ bool host_supports(Isa isa) {
       return avx2 && c.avx512;
     case Isa::kAvx512Bf16:
       return avx2 && c.avx512 && c.bf16 && c.vnni;
+    case Isa::kAmx:
+      return avx2 && c.avx512 && c.bf16 && c.vnni && c.amx;
   }
   return false;
 }
@@ -167,6 +200,17 @@ Tiling run_tiling(const KernelSpec& s) {
 
 // What the kernel's scratch struct holds (templates/cpp/gmm.cpp and tgmm.cpp), in f32 units;
 // the struct is 64-byte aligned, so its size is a multiple of 64.
+int64_t tile_scratch_bytes(const KernelSpec& s, const IsaFamily& f) {
+  const int64_t k32 = (std::max<int64_t>(s.k, 1) + 31) / 32 * 32;
+  const int64_t cols = packed_cols(run_tiling(s).tn, f.nr);
+  return k32 * cols * 2 + 32 * k32 * 2 + 16 * 16 * 4 + 32 * cols * 4;
+}
+
+bool tile_path(const KernelSpec& s, const IsaFamily& f) {
+  return f.tiles && s.op == Op::kGmm && s.lhs == DType::kBF16 && s.rhs == DType::kBF16 &&
+         tile_scratch_bytes(s, f) <= kMaxTileScratchBytes;
+}
+
 int64_t scratch_bytes(const KernelSpec& s, const IsaFamily& f) {
   const Tiling run = run_tiling(s);
   const int64_t tm = run.tm, tk = run.tk, tn = run.tn;
@@ -203,7 +247,8 @@ int64_t scratch_bytes(const KernelSpec& s, const IsaFamily& f) {
                 (tk / std::max<int64_t>(sb, 1) + 2) * packed_cols(tn, f.nr);
     }
   }
-  return (floats * 4 + 63) / 64 * 64;
+  const int64_t bytes = (floats * 4 + 63) / 64 * 64;
+  return tile_path(s, f) ? std::max(bytes, tile_scratch_bytes(s, f)) : bytes;
 }
 
 int64_t scratch_bytes(const KernelSpec& s) {

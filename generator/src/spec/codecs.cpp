@@ -38,7 +38,8 @@ std::span<const EnumName<TargetKind>> enum_names<TargetKind>() {
 }
 template <>
 std::span<const EnumName<Isa>> enum_names<Isa>() {
-  static constexpr std::array<EnumName<Isa>, 5> k{{{Isa::kNative, "native", ""},
+  static constexpr std::array<EnumName<Isa>, 6> k{{{Isa::kNative, "native", ""},
+                                                   {Isa::kAmx, "amx", "amx"},
                                                    {Isa::kAvx512Bf16, "avx512bf16", "avx512bf16"},
                                                    {Isa::kAvx512, "avx512", "avx512"},
                                                    {Isa::kAvx2, "avx2", "avx2"},

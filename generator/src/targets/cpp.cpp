@@ -154,6 +154,7 @@ mu::data family_context(const KernelSpec& s, const IsaFamily& f, size_t index, s
                       bf16_exact(s.lhs) && bf16_exact(s.rhs) && (tk % 2 == 0 || tk >= s.k);
   ctx.set("bf16_dot", mu::data(pairs || qpairs));
   ctx.set("pairs", mu::data(pairs));
+  ctx.set("tiles", mu::data(tile_path(s, f)));
   ctx.set("qpairs", mu::data(qpairs));
   ctx.set("qint", mu::data(qint));
   if (quant_kernel(s)) ctx.set("qdecode", r.render(f.qdecode, ctx));
