@@ -14,12 +14,12 @@
 #include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_09ac4a9b.h"
 #include "tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_9de71d3b.h"
 #include "tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_c54a1371.h"
-#include "gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_604c1c1a.h"
+#include "gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_ab5c4413.h"
 #include "tgmm_f8e4m3xf8e5m2_f32_k512_n768_g8_t256x96x128_qlblock128_qrblock128_dee54077.h"
-#include "gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_8b753a42.h"
-#include "gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_b47c7695.h"
-#include "gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_e1db97fa.h"
-#include "gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_721374bb.h"
+#include "gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_250dec50.h"
+#include "gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_c58d5834.h"
+#include "gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_8ba1aaea.h"
+#include "gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_7ae9a64f.h"
 
 #ifdef __cplusplus
 extern "C" {

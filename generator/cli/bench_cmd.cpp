@@ -120,7 +120,10 @@ int run_bench(const BenchOptions& o) {
         const bench::Shape s =
             bench::standard_shape(name, Op::kGmm, DType::kF32, DType::kF32, DType::kF32);
         for (const auto& p : presets) {
-          const KernelSpec q = bench::with_quant(with_flags(s.spec), p);
+          // Tiled as the runtime tiles the quantized problem, then the flags.
+          KernelSpec q = bench::with_quant(s.spec, p);
+          q.tiling = bench::workload_tiling(q, s.work);
+          q = with_flags(q);
           ++candidates;
           if (o.filter.matches(q)) add_quantized(jobs, q, s.work);
         }

@@ -99,6 +99,10 @@ std::vector<std::string> standard_shape_names() {
   return {"S1", "S2", "S3", "S4"};
 }
 
+Tiling workload_tiling(const KernelSpec& spec, const Workload& w) {
+  return heuristic_tiling(spec, tuning::rows_per_group(w.group_sizes, 0, spec.g));
+}
+
 Shape standard_shape(const std::string& name, Op op, DType lhs, DType rhs, DType out) {
   struct Def {
     const char* name;
@@ -115,10 +119,10 @@ Shape standard_shape(const std::string& name, Op op, DType lhs, DType rhs, DType
     Shape s;
     s.spec.op = op, s.spec.lhs = lhs, s.spec.rhs = rhs, s.spec.out = out;
     s.spec.k = d.k, s.spec.n = d.n, s.spec.g = s.spec.g_local = d.g;
-    s.spec.tiling = heuristic_tiling(s.spec, tuning::rows_per_group(sizes, 0, d.g));
     s.work.shape = d.name;
     s.work.m = d.m;
     s.work.group_sizes = std::move(sizes);
+    s.spec.tiling = workload_tiling(s.spec, s.work);
     return s;
   }
   throw InvalidArgument("--shapes: '" + name + "' is not one of: S1, S2, S3, S4");

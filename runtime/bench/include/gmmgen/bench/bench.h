@@ -34,6 +34,8 @@ struct Shape {
   Workload work;
 };
 Shape standard_shape(const std::string& name, Op op, DType lhs, DType rhs, DType out);
+// The tiling the runtime picks untuned for spec on w's group sizes (heuristic_tiling).
+Tiling workload_tiling(const KernelSpec& spec, const Workload& w);
 std::vector<std::string> standard_shape_names();
 
 // ---- Quantized rows -----------------------------------------------------------------------------
