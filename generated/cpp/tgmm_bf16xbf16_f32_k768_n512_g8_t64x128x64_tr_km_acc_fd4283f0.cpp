@@ -1030,7 +1030,7 @@ thread_local Scratch scratch;
 
 // Whether f32 operands are read in place (their rows lda/ldb apart) or copied per chunk into
 // contiguous scratch (the family's choice, see heuristics.h).
-constexpr bool IN_PLACE = true;
+constexpr bool IN_PLACE = false;
 
 // One operand of the product, seen as X(p, c) = value at group row p, tile column c (a k for lhs,
 // an n for rhs): where element (p, c) is, its type, and whether columns are adjacent.

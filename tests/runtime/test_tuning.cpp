@@ -155,11 +155,12 @@ TEST(Heuristic, FollowsRowsPerGroupAndStaysValid) {
   EXPECT_EQ((Tiling{512, 256, 256}), heuristic_tiling(s3_avx2, 16));
   EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s3_avx2, 100));
   // On amx, f32 [K, N] weights of small groups take whole rows (up to 2048 columns, while the
-  // groups' n-tiles number at least 16) in shallow k-blocks; [N, K] weights and bf16 keep the rest.
+  // groups' n-tiles number at least 16) in shallow k-blocks; [N, K] weights keep whole rows of
+  // lhs (below) and bf16 the choice of the other families.
   KernelSpec s3_amx = s3;
   s3_amx.isa = Isa::kAmx;
   EXPECT_EQ((Tiling{512, 32, 512}), heuristic_tiling(s3_amx, 16));
-  EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s3_amx, 64));
+  EXPECT_EQ((Tiling{512, 1024, 128}), heuristic_tiling(s3_amx, 64));
   KernelSpec s4_amx = problem(2048, 2048, 32);
   s4_amx.isa = Isa::kAmx;
   EXPECT_EQ((Tiling{512, 32, 2048}), heuristic_tiling(s4_amx, 16));
@@ -168,22 +169,39 @@ TEST(Heuristic, FollowsRowsPerGroupAndStaysValid) {
   s4_amx.g_local = 1;  // never narrower than before
   EXPECT_EQ((Tiling{512, 32, 256}), heuristic_tiling(s4_amx, 16));
   s4_amx.transpose_rhs = true;
-  EXPECT_EQ((Tiling{512, 128, 256}), heuristic_tiling(s4_amx, 16));
+  EXPECT_EQ((Tiling{512, 1024, 256}), heuristic_tiling(s4_amx, 16));
   s4_amx.transpose_rhs = false, s4_amx.lhs = s4_amx.rhs = DType::kBF16;
   EXPECT_EQ((Tiling{512, 128, 256}), heuristic_tiling(s4_amx, 16));
   KernelSpec s3_native = s3;
   s3_native.isa = Isa::kNative;
   s3.isa = host_isa();
   EXPECT_EQ(heuristic_tiling(s3, 16), heuristic_tiling(s3_native, 16));
+  EXPECT_EQ(heuristic_tiling(s3, 64), heuristic_tiling(s3_native, 64));
+  s3.isa = s1.isa = Isa::kAvx512Bf16;
   EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s3, 64));
   EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s1, 512));
   EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s1, 0));  // unknown: the large-group choice
-  KernelSpec tiny = problem(40, 24, 3);                        // clamped to K and N
+  // On amx, f32 lhs of larger groups is read in whole rows (tk up to 1024) by 128 columns.
+  s3.isa = s1.isa = Isa::kAmx;
+  EXPECT_EQ((Tiling{512, 1024, 128}), heuristic_tiling(s3, 64));
+  EXPECT_EQ((Tiling{512, 1024, 128}), heuristic_tiling(s1, 512));
+  EXPECT_EQ((Tiling{512, 1024, 128}), heuristic_tiling(s1, 0));
+  s1.lhs = s1.rhs = DType::kBF16;
+  EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s1, 512));
+  KernelSpec tiny = problem(40, 24, 3);  // clamped to K and N
   tiny.isa = Isa::kAvx512Bf16;
   EXPECT_EQ((Tiling{512, 40, 24}), heuristic_tiling(tiny, 2));
   tiny.isa = Isa::kAmx;
   EXPECT_EQ((Tiling{512, 32, 24}), heuristic_tiling(tiny, 2));
-  const KernelSpec t = problem(4096, 512, 128, Op::kTgmm);
+  KernelSpec t = problem(4096, 512, 128, Op::kTgmm);
+  t.isa = Isa::kAvx512Bf16;
+  EXPECT_EQ(default_tiling(t), heuristic_tiling(t, 16));
+  // amx: f32 tgmm sums 288 x 384 output tiles (C rows x columns, whichever layout) over 64 rows.
+  t.isa = Isa::kAmx;
+  EXPECT_EQ((Tiling{64, 288, 384}), heuristic_tiling(t, 16));
+  t.transpose_rhs = true;
+  EXPECT_EQ((Tiling{64, 384, 288}), heuristic_tiling(t, 16));
+  t.lhs = t.rhs = DType::kBF16;
   EXPECT_EQ(default_tiling(t), heuristic_tiling(t, 16));
   EXPECT_EQ((Tiling{256, 256, 8}), heuristic_tiling(problem(512, 8, 1, Op::kTgmm), 2048));
   // Whatever the rows, the chosen tiling validates for every dtype pair the runtime serves.

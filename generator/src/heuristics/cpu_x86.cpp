@@ -38,7 +38,7 @@ const std::array<IsaFamily, 5> kFamilies{{
      "defined(__AVX512VL__) && defined(__AVX512BF16__) && defined(__AVX512VNNI__) && "
      "defined(__FMA__) && defined(__F16C__) && (defined(__AMX_TILE__) || defined(__AMXTILE__)) && "
      "(defined(__AMX_BF16__) || defined(__AMXBF16__))",
-     "cpp/ukernel/amx.inc", 16, 6, 64, true, true, true, true, "cpp/quant/decode_avx512.inc"},
+     "cpp/ukernel/amx.inc", 16, 6, 64, true, true, false, true, "cpp/quant/decode_avx512.inc"},
     {Isa::kAvx512Bf16, "avx512bf16",
      "avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx512vnni,avx2,fma,f16c", kAvx512Bf16Guard,
      "cpp/ukernel/avx512bf16.inc", 16, 6, 64, true, true, true, false,
@@ -178,12 +178,29 @@ Tiling default_tiling(const KernelSpec& s) {
 Tiling heuristic_tiling(const KernelSpec& s, double rows_per_group) {
   Tiling t = default_tiling(s);
   if (s.target != TargetKind::kCpp) return t;
+  const IsaFamily& f = isa_family(s.isa == Isa::kNative ? host_isa() : s.isa);
   if (s.op == Op::kTgmm) {
+    // On an AMX Xeon (2 cores), which copies each chunk of rows (tgmm_in_place): output tiles of
+    // 288 x 384 (C rows x columns) summed over chunks of 64 rows (S1 f32 196-231 -> 270 GFLOP/s,
+    // 0.73-0.85x -> 0.99x oneDNN; S2 +15%; [N, K] output 163 -> 264). A narrow output keeps
+    // the rule below.
+    if (f.tiles && s.lhs == DType::kF32 && s.rhs == DType::kF32 && s.n > 32) {
+      t.tm = 64;
+      t.tk = std::clamp<int64_t>(s.k, 1, s.transpose_rhs ? 384 : 288);
+      t.tn = std::clamp<int64_t>(s.n, 1, s.transpose_rhs ? 288 : 384);
+    }
     if (s.n <= 32) t.tk = std::clamp<int64_t>(s.k, 1, 256);
     return t;
   }
   t.tm = 512;
-  const IsaFamily& f = isa_family(s.isa == Isa::kNative ? host_isa() : s.isa);
+  // f32 lhs rows are read in place by the micro-kernel, six rows at a time, tk values of each
+  // per k-block: on an AMX Xeon (2 cores) short runs of those rows wait on memory, and whole rows
+  // pay (S1 f32 264-266 -> 312-314 GFLOP/s at tk=1024 tn=128, 0.95x -> 1.1x oneDNN; S2 228-233
+  // -> 245-249; [N, K] weights 236 -> 305; f16 lhs, converted to contiguous rows, 299 -> 308).
+  if (f.tiles && s.lhs == DType::kF32) {
+    t.tk = std::clamp<int64_t>(s.k, 1, 1024);
+    t.tn = std::clamp<int64_t>(s.n, 1, 128);
+  }
   if (rows_per_group > 0 && rows_per_group < 64) {
     t.tn = std::clamp<int64_t>(s.n, 1, 256);
     if (f.vec == 8) t.tk = std::clamp<int64_t>(s.k, 1, 256);
@@ -192,8 +209,9 @@ Tiling heuristic_tiling(const KernelSpec& s, double rows_per_group) {
     // block is whole weight rows (long runs in few pages) and shallow (tk=32: S3 107 -> 146-151
     // GFLOP/s, 1.33x -> 1.8x oneDNN; S4 98 -> 170-181, 1.15x -> 2.0x; at tn=2048, tk=64 gave 131
     // and tk=128 71: two 1 MiB blocks overfill L2). Items stay >= 16 per call (g n-tiles), so
-    // few groups still spread over threads. [N, K] weights keep tk=128 (their runs are tk long:
-    // 0.74x at 128 against 0.38x at 32). Not measured on Zen 4, which keeps the choice above.
+    // few groups still spread over threads. [N, K] weights keep deep k-blocks (their runs are tk
+    // long: 0.74-0.85x at tk=128-1024 against 0.38x at 32). Not measured on Zen 4, which keeps
+    // the choice above.
     if (f.tiles && s.rhs == DType::kF32 && !s.transpose_rhs) {
       const int64_t spread = std::max<int64_t>(256, s.n * s.g_local / 16 / 64 * 64);
       t.tn = std::clamp<int64_t>(s.n, 1, std::min<int64_t>(2048, spread));
