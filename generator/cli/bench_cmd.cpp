@@ -29,9 +29,9 @@ struct Job {
   int float_job = -1;
 };
 
-// Adds the float counterpart of a quantized job unless the list already has it, then the job.
-void add_quantized(std::vector<Job>& jobs, const KernelSpec& spec, const bench::Workload& w) {
-  const KernelSpec f = bench::float_counterpart(spec);
+// Adds f, the float counterpart of a quantized job, unless the list already has it, then the job.
+void add_quantized(std::vector<Job>& jobs, const KernelSpec& spec, const KernelSpec& f,
+                   const bench::Workload& w) {
   auto same = [&](const Job& j) {
     return j.spec == f && j.work.shape == w.shape && j.work.m == w.m &&
            j.work.group_sizes == w.group_sizes;
@@ -120,12 +120,14 @@ int run_bench(const BenchOptions& o) {
         const bench::Shape s =
             bench::standard_shape(name, Op::kGmm, DType::kF32, DType::kF32, DType::kF32);
         for (const auto& p : presets) {
-          // Tiled as the runtime tiles the quantized problem, then the flags.
-          KernelSpec q = bench::with_quant(s.spec, p);
+          // Each tiled as the runtime tiles its problem (the float kernel's tiling may differ),
+          // then the flags.
+          KernelSpec q = bench::with_quant(s.spec, p), f = bench::float_counterpart(q);
           q.tiling = bench::workload_tiling(q, s.work);
-          q = with_flags(q);
+          f.tiling = bench::workload_tiling(f, s.work);
+          q = with_flags(q), f = with_flags(f);
           ++candidates;
-          if (o.filter.matches(q)) add_quantized(jobs, q, s.work);
+          if (o.filter.matches(q)) add_quantized(jobs, q, f, s.work);
         }
       }
     }
@@ -137,7 +139,7 @@ int run_bench(const BenchOptions& o) {
       w.m = o.m;
       w.group_sizes = bench::group_sizes(o.dist, int32_t(spec.g), o.m, 12345);
       if (bench::is_quantized(spec))
-        add_quantized(jobs, spec, w);
+        add_quantized(jobs, spec, bench::float_counterpart(spec), w);
       else
         jobs.push_back({spec, w, -1});
     }

@@ -155,8 +155,8 @@ TEST(Heuristic, FollowsRowsPerGroupAndStaysValid) {
   EXPECT_EQ((Tiling{512, 256, 256}), heuristic_tiling(s3_avx2, 16));
   EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s3_avx2, 100));
   // On amx, f32 [K, N] weights of small groups take whole rows (up to 2048 columns, while the
-  // groups' n-tiles number at least 16) in shallow k-blocks; [N, K] weights keep whole rows of
-  // lhs (below) and bf16 the choice of the other families.
+  // groups' n-tiles number at least 16) in shallow k-blocks; [N, K] weights, quantized weights
+  // and bf16 keep the choice of the other families.
   KernelSpec s3_amx = s3;
   s3_amx.isa = Isa::kAmx;
   EXPECT_EQ((Tiling{512, 32, 512}), heuristic_tiling(s3_amx, 16));
@@ -169,7 +169,11 @@ TEST(Heuristic, FollowsRowsPerGroupAndStaysValid) {
   s4_amx.g_local = 1;  // never narrower than before
   EXPECT_EQ((Tiling{512, 32, 256}), heuristic_tiling(s4_amx, 16));
   s4_amx.transpose_rhs = true;
-  EXPECT_EQ((Tiling{512, 1024, 256}), heuristic_tiling(s4_amx, 16));
+  EXPECT_EQ((Tiling{512, 128, 256}), heuristic_tiling(s4_amx, 16));
+  s4_amx.transpose_rhs = false, s4_amx.rhs = DType::kI8;  // quantized weights: only tn
+  s4_amx.rhs_quant.kind = QuantKind::kChannel;
+  EXPECT_EQ((Tiling{512, 128, 256}), heuristic_tiling(s4_amx, 16));
+  EXPECT_EQ((Tiling{512, 1024, 128}), heuristic_tiling(s4_amx, 100));
   s4_amx.transpose_rhs = false, s4_amx.lhs = s4_amx.rhs = DType::kBF16;
   EXPECT_EQ((Tiling{512, 128, 256}), heuristic_tiling(s4_amx, 16));
   KernelSpec s3_native = s3;

@@ -197,11 +197,14 @@ Tiling heuristic_tiling(const KernelSpec& s, double rows_per_group) {
   // per k-block: on an AMX Xeon (2 cores) short runs of those rows wait on memory, and whole rows
   // pay (S1 f32 264-266 -> 312-314 GFLOP/s at tk=1024 tn=128, 0.95x -> 1.1x oneDNN; S2 228-233
   // -> 245-249; [N, K] weights 236 -> 305; f16 lhs, converted to contiguous rows, 299 -> 308).
-  if (f.tiles && s.lhs == DType::kF32) {
+  // (Quantized weights too: f32 x i8 channel S1 257 -> 306, S2 250 -> 288.) Small groups, whose
+  // weights stream, keep the rules below (f32 x i8 at tk=1024: S3 171 -> 148).
+  const bool small = rows_per_group > 0 && rows_per_group < 64;
+  if (f.tiles && s.lhs == DType::kF32 && !small) {
     t.tk = std::clamp<int64_t>(s.k, 1, 1024);
     t.tn = std::clamp<int64_t>(s.n, 1, 128);
   }
-  if (rows_per_group > 0 && rows_per_group < 64) {
+  if (small) {
     t.tn = std::clamp<int64_t>(s.n, 1, 256);
     if (f.vec == 8) t.tk = std::clamp<int64_t>(s.k, 1, 256);
     // f32 [K, N] weights read in place by small groups on an AMX Xeon (2 cores, 2 MiB L2): each
@@ -209,9 +212,9 @@ Tiling heuristic_tiling(const KernelSpec& s, double rows_per_group) {
     // block is whole weight rows (long runs in few pages) and shallow (tk=32: S3 107 -> 146-151
     // GFLOP/s, 1.33x -> 1.8x oneDNN; S4 98 -> 170-181, 1.15x -> 2.0x; at tn=2048, tk=64 gave 131
     // and tk=128 71: two 1 MiB blocks overfill L2). Items stay >= 16 per call (g n-tiles), so
-    // few groups still spread over threads. [N, K] weights keep deep k-blocks (their runs are tk
-    // long: 0.74-0.85x at tk=128-1024 against 0.38x at 32). Not measured on Zen 4, which keeps
-    // the choice above.
+    // few groups still spread over threads. [N, K] weights keep tk=128 (their runs are tk long:
+    // 0.74-0.85x at tk=128-1024 against 0.38x at 32). Not measured on Zen 4, which keeps the
+    // choice above.
     if (f.tiles && s.rhs == DType::kF32 && !s.transpose_rhs) {
       const int64_t spread = std::max<int64_t>(256, s.n * s.g_local / 16 / 64 * 64);
       t.tn = std::clamp<int64_t>(s.n, 1, std::min<int64_t>(2048, spread));
