@@ -282,11 +282,11 @@ int64_t scratch_bytes(const KernelSpec& s, const IsaFamily& f) {
       int64_t sb = s.k;
       for (const Quant& q : {s.lhs_quant, s.rhs_quant})
         if (q.kind == QuantKind::kBlock) sb = std::min(sb, q.block_k);
-      floats += (tk + 1) / 2 * 2 * f.nr + f.mr +
-                (tk / std::max<int64_t>(sb, 1) + 2) * packed_cols(tn, f.nr);
+      const int64_t folds = tk / std::max<int64_t>(sb, 1) + 2;  // the kernel's FOLDS_PER_TK
+      floats += (tk + 1) / 2 * 2 * f.nr + f.mr + folds * packed_cols(tn, f.nr);
       // On a family with tiles: 32 lhs rows of tk bf16 staged for them, and a 32 x 32 block of
       // P per scale block closing in a k-block, each on a cache line.
-      if (f.tiles) floats += 16 * tk + 16 + (tk / std::max<int64_t>(sb, 1) + 2) * 32 * 32;
+      if (f.tiles) floats += 16 * tk + 16 + folds * 32 * 32;
     }
   }
   const int64_t bytes = (floats * 4 + 63) / 64 * 64;
