@@ -190,7 +190,17 @@ TEST(Heuristic, FollowsRowsPerGroupAndStaysValid) {
   EXPECT_EQ((Tiling{512, 1024, 128}), heuristic_tiling(s3, 64));
   EXPECT_EQ((Tiling{512, 1024, 128}), heuristic_tiling(s1, 512));
   EXPECT_EQ((Tiling{512, 1024, 128}), heuristic_tiling(s1, 0));
+  // bf16 x bf16 on amx tiles, larger groups: items as wide as 1 MiB of packed weights allows
+  // (K x tn bf16), between one and four register tiles.
   s1.lhs = s1.rhs = DType::kBF16;
+  EXPECT_EQ((Tiling{512, 128, 256}), heuristic_tiling(s1, 512));
+  s1.k = 4096;
+  EXPECT_EQ((Tiling{512, 128, 128}), heuristic_tiling(s1, 512));
+  s1.k = 16384;
+  EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s1, 512));
+  s1.k = 1024, s1.transpose_rhs = true;  // [N, K] weights, packed panel by panel
+  EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s1, 512));
+  s1.isa = Isa::kAvx512Bf16, s1.transpose_rhs = false;  // no tiles: one register tile wide
   EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s1, 512));
   KernelSpec tiny = problem(40, 24, 3);  // clamped to K and N
   tiny.isa = Isa::kAvx512Bf16;

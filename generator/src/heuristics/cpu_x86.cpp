@@ -204,6 +204,16 @@ Tiling heuristic_tiling(const KernelSpec& s, double rows_per_group) {
     t.tk = std::clamp<int64_t>(s.k, 1, 1024);
     t.tn = std::clamp<int64_t>(s.n, 1, 128);
   }
+  // bf16 x bf16 [K, N] weights on AMX tiles (Xeon, 2 cores), larger groups: an item packs all of
+  // K for its columns in one pass over each pair of weight rows, and each lhs tile serves every
+  // 32-column block of the item, so wider items pay while their packed weights (K x tn bf16) stay
+  // within 1 MiB of the 2 MiB L2: tn=256 against 64 took S1 from ~1900 to ~2010 GFLOP/s and S2
+  // from ~905 to ~990 (medians of 4 alternated runs); [N, K] weights, packed panel by panel, were
+  // even (kept at 64).
+  if (f.tiles && s.lhs == DType::kBF16 && s.rhs == DType::kBF16 && !s.transpose_rhs && !small) {
+    const int64_t fit = (int64_t(1) << 20) / (2 * std::max<int64_t>(s.k, 1)) / f.nr * f.nr;
+    t.tn = std::clamp<int64_t>(s.n, 1, std::clamp<int64_t>(fit, f.nr, 4 * f.nr));
+  }
   if (small) {
     t.tn = std::clamp<int64_t>(s.n, 1, 256);
     if (f.vec == 8) t.tk = std::clamp<int64_t>(s.k, 1, 256);
