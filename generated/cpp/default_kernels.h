@@ -6,20 +6,20 @@
 #define GMMGEN_BUNDLE_default_kernels_H_
 
 #include "gmmgen/kernel_abi.h"
-#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_f2f83560.h"
-#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_57feec63.h"
-#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_d26ea0d9.h"
-#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_c4e8ef1c.h"
-#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_0aa4ab6f.h"
-#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_0a20d818.h"
+#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_caf16dbb.h"
+#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_563b7526.h"
+#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_ba70aba5.h"
+#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_7133a130.h"
+#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_a56afebf.h"
+#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_ebede312.h"
 #include "tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_10d085cb.h"
 #include "tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_ed4256ff.h"
-#include "gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_da016591.h"
+#include "gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_2d53bf30.h"
 #include "tgmm_f8e4m3xf8e5m2_f32_k512_n768_g8_t256x96x128_qlblock128_qrblock128_a03b7b9d.h"
-#include "gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_b688679a.h"
-#include "gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_413c4eac.h"
-#include "gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_42713b19.h"
-#include "gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_eda0c56b.h"
+#include "gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_ada4af8f.h"
+#include "gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_c1ae1ede.h"
+#include "gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_bd1d7fcd.h"
+#include "gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_2efcf22f.h"
 
 #ifdef __cplusplus
 extern "C" {
