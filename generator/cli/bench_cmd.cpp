@@ -22,7 +22,8 @@ struct BenchOptions {
   CLI::Option* quant_option = nullptr;  // given at all (an empty --quant is an error)
 };
 
-// One row to run; a quantized row names the row of its float counterpart (run before it).
+// One row to run; a quantized row names the row of its float counterpart (run before it, and
+// timed again beside it).
 struct Job {
   KernelSpec spec;
   bench::Workload work;
@@ -173,12 +174,11 @@ int run_bench(const BenchOptions& o) {
   std::vector<bench::Row> done;
   int failures = 0;
   for (const Job& j : jobs) {
-    bench::Row r = bench::run(rt, j.spec, j.work, opt, machine);
-    if (j.float_job >= 0) {  // quantized: over gmm-gen's kernel on the float operands
-      const bench::Row& f = done[size_t(j.float_job)];
-      if (f.ok) r.float_gflops = f.gflops;
-      if (f.ok && r.ok) r.vs_float = r.gflops / f.gflops;
-    }
+    // Quantized: gmm-gen's kernel on the float operands is timed again beside this one (round
+    // robin), for `vs float`; its own row, run before, vouches for its output.
+    const KernelSpec* float_spec = j.float_job >= 0 ? &jobs[size_t(j.float_job)].spec : nullptr;
+    bench::Row r = bench::run(rt, j.spec, j.work, opt, machine, float_spec);
+    if (float_spec && !done[size_t(j.float_job)].ok) r.float_gflops = r.vs_float = 0;
     const std::string dtypes = dtypes_label(r);
     std::string vs;
     if (any_quantized) {
@@ -237,14 +237,15 @@ Command add_bench(CLI::App& app) {
   cmd->add_option("--json", o->json,
                   "Also write {\"machine\": {...}, \"rows\": [...]} to this file");
   cmd->footer(
-      "Each row: warm-up, then the median of --reps runs of the kernel and of the baseline\n"
-      "(one oneDNN matmul or OpenBLAS sgemm per group, weights [K, N]), both checked against a\n"
-      "float64 reference on sampled outputs and against each other; a row that fails reports no\n"
-      "speed and the command exits 1. % peak is of the f32 FMA peak measured at start.\n"
+      "Each row: warm-up, then --reps rounds of one run of the kernel and one of the baseline\n"
+      "(one oneDNN matmul or OpenBLAS sgemm per group, weights [K, N]) in turn, the median of\n"
+      "each reported; both outputs are checked against a float64 reference on sampled outputs\n"
+      "and against each other; a row that fails reports no speed and the command exits 1.\n"
+      "% peak is of the f32 FMA peak measured at start.\n"
       "Quantized rows (--quant, or a quantized --spec): random floats quantized by absmax with\n"
       "the library's quantizers; the baseline runs on both operands dequantized to the\n"
       "activation dtype (bf16 when lhs is bf16, else f32); `vs float` is the row's GFLOP/s over\n"
-      "gmm-gen's kernel with both operands in that dtype, timed in the same run.\n"
+      "gmm-gen's kernel with both operands in that dtype, timed in the same rounds.\n"
       "Example:\n  gmm-gen bench --shapes all --threads 2 --json bench.json\n"
       "  gmm-gen bench --shapes S1,S3 --quant default\n"
       "  gmm-gen bench --shapes all --filter 'gmm_bf16*'\n"

@@ -217,17 +217,40 @@ std::shared_ptr<const Inputs> inputs_for(const OperandShape& l, const OperandSha
   return last;
 }
 
-double median_ms(const std::function<void()>& fn, int reps) {
-  for (int i = 0; i < 2; ++i) fn();  // warm-up: caches, pages, thread pools
-  std::vector<double> ms;
-  for (int i = 0; i < reps; ++i) {
-    const auto t0 = std::chrono::steady_clock::now();
-    fn();
-    ms.push_back(
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+// One contender of a timed round: what to run, and how long to wait after each run before the
+// next contender starts (a baseline whose OpenMP workers spin-wait after a call would steal the
+// next one's cores).
+struct Contender {
+  std::function<void()> run;
+  std::chrono::milliseconds settle{0};
+};
+
+// Times the contenders side by side: two warm-up runs of each (caches, pages, thread pools), then
+// `reps` rounds of one run of each in turn, and returns each one's median ms. Round robin rather
+// than one contender's runs after another's: on a shared machine the memory bandwidth and the
+// cores' share change over seconds, and a ratio of medians taken at different times measured that
+// change as much as the kernels (oneDNN's own S3 rows moved by 30% from run to run).
+std::vector<double> median_ms(const std::vector<Contender>& contenders, int reps) {
+  for (int i = 0; i < 2; ++i)
+    for (const Contender& c : contenders) {
+      c.run();
+      std::this_thread::sleep_for(c.settle);
+    }
+  std::vector<std::vector<double>> ms(contenders.size());
+  for (int i = 0; i < reps; ++i)
+    for (size_t j = 0; j < contenders.size(); ++j) {
+      const auto t0 = std::chrono::steady_clock::now();
+      contenders[j].run();
+      ms[j].push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
+      std::this_thread::sleep_for(contenders[j].settle);
+    }
+  std::vector<double> medians;
+  for (auto& m : ms) {
+    std::sort(m.begin(), m.end());
+    medians.push_back(m[m.size() / 2]);
   }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
+  return medians;
 }
 
 // Checks sampled outputs against a float64 reference of the same inputs, as the checker's bound
@@ -429,13 +452,20 @@ nlohmann::ordered_json Row::to_json() const {
 }
 
 Row run(Runtime& rt, const KernelSpec& spec, const Workload& work, const Options& o,
-        const Machine& machine) {
+        const Machine& machine, const KernelSpec* float_spec) {
   validate(spec);
   if (spec.g_local != spec.g)
     throw InvalidArgument("bench: sharded specs (g_local < g) are not benchmarked");
   if (int64_t(work.group_sizes.size()) != spec.g)
     throw InvalidArgument("bench: " + std::to_string(work.group_sizes.size()) +
                           " group sizes for g=" + std::to_string(spec.g));
+  if (float_spec) {  // the float counterpart, tiled as it may be
+    KernelSpec want = float_counterpart(spec);
+    want.tiling = float_spec->tiling;
+    if (!is_quantized(spec) || !(*float_spec == want))
+      throw InvalidArgument(
+          "bench: the float kernel timed beside a quantized row is its float_counterpart");
+  }
   Row row;
   row.shape = work.shape, row.op = std::string(to_string(spec.op));
   row.lhs = std::string(to_string(spec.lhs)), row.rhs = std::string(to_string(spec.rhs));
@@ -475,18 +505,68 @@ Row run(Runtime& rt, const KernelSpec& spec, const Workload& work, const Options
   a.group_sizes = work.group_sizes.data();
   if (spec.out_mode != OutMode::kPlain) a.existing_out = out.data();
   const gmmgen_kernel_entry& kernel = rt.kernel(spec);
-  row.ms = median_ms([&] { rt.run(kernel, a); }, o.reps);
-  row.gflops = row.flops / (row.ms * 1e6);
-  row.peak_fraction = row.peak_gflops > 0 ? row.gflops / row.peak_gflops : 0;
 
-  // Quantized rows: the baseline's operands, both dequantized to the activation dtype (made
-  // outside the timing, only for a baseline that exists).
+  // Quantized rows: both operands dequantized to the activation dtype (made outside the timing,
+  // only for a baseline that exists or gmm-gen's float kernel), the input of both.
   const DType base_dtype = row.quantized ? activation_dtype(spec) : spec.lhs;
   row.baseline_dtype = std::string(to_string(base_dtype));
   std::unique_ptr<Buffer> base_lhs, base_rhs;
-  if (row.quantized && o.baseline != BaselineKind::kNone && baseline_available(o.baseline)) {
+  if (row.quantized &&
+      (float_spec || (o.baseline != BaselineKind::kNone && baseline_available(o.baseline)))) {
     base_lhs = std::make_unique<Buffer>(lhs.as_float(base_dtype));
     base_rhs = std::make_unique<Buffer>(rhs.as_float(base_dtype));
+  }
+
+  // The baseline (its primitives made outside the timing).
+  row.baseline = to_string(o.baseline);
+  std::unique_ptr<Baseline> base;
+  KernelSpec base_spec = spec;
+  if (row.quantized) {
+    base_spec.lhs = base_spec.rhs = base_dtype;
+    base_spec.lhs_quant = base_spec.rhs_quant = Quant{};
+  }
+  if (o.baseline != BaselineKind::kNone) {
+    const Operands ops{&base_spec, &work, base_lhs ? base_lhs->data() : lhs.mem.data(),
+                       base_rhs ? base_rhs->data() : rhs.mem.data()};
+    try {
+      base = o.baseline == BaselineKind::kOneDnn ? make_onednn(ops, o.threads)
+                                                 : make_openblas(ops, o.threads);
+    } catch (const std::exception& e) {
+      row.baseline += " (unavailable: " + std::string(e.what()) + ")";
+    }
+    if (!base && row.baseline == to_string(o.baseline))
+      row.baseline += " (not found at configure time)";
+  }
+
+  // gmm-gen's kernel on the float counterpart, on the baseline's operands.
+  const gmmgen_kernel_entry* float_kernel = float_spec ? &rt.kernel(*float_spec) : nullptr;
+  std::unique_ptr<Buffer> float_out;
+  gmmgen_args fa = a;
+  if (float_kernel) {
+    float_out = std::make_unique<Buffer>(spec.out, tgmm ? G * K * N : M * N);
+    fa.lhs = base_lhs->data(), fa.rhs = base_rhs->data(), fa.out = float_out->data();
+    fa.lhs_scale = fa.rhs_scale = nullptr;
+    if (spec.out_mode != OutMode::kPlain) fa.existing_out = float_out->data();
+  }
+
+  // The kernel, the float kernel and the baseline, round robin. The baseline's OpenMP workers
+  // spin after each call (libgomp: 300000 pause loops, ~5-12 ms) before they sleep; 50 ms lets
+  // them go to sleep before the next contender starts.
+  std::vector<Contender> contenders{{[&] { rt.run(kernel, a); }}};
+  if (float_kernel) contenders.push_back({[&] { rt.run(*float_kernel, fa); }});
+  if (base) contenders.push_back({[&] { base->run(); }, std::chrono::milliseconds(50)});
+  const std::vector<double> ms = median_ms(contenders, o.reps);
+  row.ms = ms[0];
+  row.gflops = row.flops / (row.ms * 1e6);
+  row.peak_fraction = row.peak_gflops > 0 ? row.gflops / row.peak_gflops : 0;
+  if (float_kernel) {
+    row.float_gflops = row.flops / (ms[1] * 1e6);
+    row.vs_float = row.gflops / row.float_gflops;
+  }
+  if (base) {
+    row.baseline_ms = ms.back();
+    row.baseline_gflops = row.flops / (row.baseline_ms * 1e6);
+    row.ratio = row.gflops / row.baseline_gflops;
   }
 
   // The float64 reference on a sample of the output. Logical accessors: lhs (r, k), rhs (g, k, n)
@@ -554,63 +634,38 @@ Row run(Runtime& rt, const KernelSpec& spec, const Workload& work, const Options
     }
   }
 
-  // The baseline, side by side. Float rows: its output must agree with the kernel's. Quantized
-  // rows: it ran on rounded operands (the kernel did not), so each sampled element must match the
-  // float64 product of its own operands (f32 output, float bound).
-  row.baseline = to_string(o.baseline);
-  if (o.baseline != BaselineKind::kNone) {
-    KernelSpec base_spec = spec;
+  // The baseline's output. Float rows: it must agree with the kernel's. Quantized rows: it ran on
+  // rounded operands (the kernel did not), so each sampled element must match the float64 product
+  // of its own operands (f32 output, float bound).
+  if (base) {
+    const auto& b = base->output();
     if (row.quantized) {
-      base_spec.lhs = base_spec.rhs = base_dtype;
-      base_spec.lhs_quant = base_spec.rhs_quant = Quant{};
-    }
-    const Operands ops{&base_spec, &work, base_lhs ? base_lhs->data() : lhs.mem.data(),
-                       base_rhs ? base_rhs->data() : rhs.mem.data()};
-    std::unique_ptr<Baseline> base;
-    try {
-      base = o.baseline == BaselineKind::kOneDnn ? make_onednn(ops, o.threads)
-                                                 : make_openblas(ops, o.threads);
-    } catch (const std::exception& e) {
-      row.baseline += " (unavailable: " + std::string(e.what()) + ")";
-    }
-    if (base) {
-      row.baseline_ms = median_ms([&] { base->run(); }, o.reps);
-      row.baseline_gflops = row.flops / (row.baseline_ms * 1e6);
-      row.ratio = row.gflops / row.baseline_gflops;
-      const auto& b = base->output();
-      if (row.quantized) {
-        Checker base_check{DType::kF32, 2, ""};
-        for (const BaselineSample& s : base_samples)
-          base_check.element(double(b[size_t(s.index)]), s.ref, s.abs_sum, s.terms,
-                             "baseline " + s.where);
-        if (!base_check.failure.empty() && check.failure.empty())
-          check.failure = base_check.failure;
-      } else if (spec.out_mode == OutMode::kPlain) {
-        double worst = 0, scale = 0;
-        for (size_t i = 0; i < b.size(); ++i) {
-          int64_t at = int64_t(i);
-          if (tgmm && spec.transpose_rhs) {  // baseline [G][K][N], kernel [G][N][K]
-            const int64_t g = at / (K * N), k = at / N % K, n = at % N;
-            at = (g * N + n) * K + k;
-          }
-          worst = std::max(worst, std::fabs(out.get(at) - double(b[i])));
-          scale = std::max(scale, std::fabs(double(b[i])));
+      Checker base_check{DType::kF32, 2, ""};
+      for (const BaselineSample& s : base_samples)
+        base_check.element(double(b[size_t(s.index)]), s.ref, s.abs_sum, s.terms,
+                           "baseline " + s.where);
+      if (!base_check.failure.empty() && check.failure.empty()) check.failure = base_check.failure;
+    } else if (spec.out_mode == OutMode::kPlain) {
+      double worst = 0, scale = 0;
+      for (size_t i = 0; i < b.size(); ++i) {
+        int64_t at = int64_t(i);
+        if (tgmm && spec.transpose_rhs) {  // baseline [G][K][N], kernel [G][N][K]
+          const int64_t g = at / (K * N), k = at / N % K, n = at % N;
+          at = (g * N + n) * K + k;
         }
-        const double tol = 4 * std::ldexp(1.0, -dtype_info(spec.out).precision) + 1e-4;
-        if (!(worst <= tol * scale) && check.failure.empty())
-          check.failure = "differs from the baseline by " + std::to_string(worst) + " (scale " +
-                          std::to_string(scale) + ")";
+        worst = std::max(worst, std::fabs(out.get(at) - double(b[i])));
+        scale = std::max(scale, std::fabs(double(b[i])));
       }
-      // Let the baseline's worker threads go back to sleep before anything else is timed.
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    } else if (row.baseline == to_string(o.baseline)) {
-      row.baseline += " (not found at configure time)";
+      const double tol = 4 * std::ldexp(1.0, -dtype_info(spec.out).precision) + 1e-4;
+      if (!(worst <= tol * scale) && check.failure.empty())
+        check.failure = "differs from the baseline by " + std::to_string(worst) + " (scale " +
+                        std::to_string(scale) + ")";
     }
   }
   row.ok = check.failure.empty();
   row.failure = check.failure;
-  if (!row.ok)
-    row.ms = row.gflops = row.ratio = row.peak_fraction = 0;  // a wrong kernel has no speed
+  if (!row.ok)  // a wrong kernel has no speed
+    row.ms = row.gflops = row.ratio = row.peak_fraction = row.float_gflops = row.vs_float = 0;
   return row;
 }
 

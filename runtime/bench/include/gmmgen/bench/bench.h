@@ -114,8 +114,9 @@ struct Row {
   // activation dtype, both operands dequantized to it (outside the timing).
   std::string baseline_dtype;
   double baseline_ms = 0, baseline_gflops = 0, ratio = 0;
-  // Quantized rows: GFLOP/s over those of gmm-gen's kernel of float_counterpart(spec) on the same
-  // workload (filled in by the caller that timed both; 0 when unknown or either failed).
+  // Quantized rows: GFLOP/s of gmm-gen's kernel of float_counterpart(spec) on the same workload,
+  // timed round robin with this row's kernel, and this row's GFLOP/s over those (run() with a
+  // float_spec; 0 when not timed or the row failed).
   double float_gflops = 0, vs_float = 0;
   double peak_gflops = 0, peak_fraction = 0;
   bool ok = true;  // the output matched the float64 reference (sampled) and the baseline
@@ -130,7 +131,11 @@ struct Row {
 // is the exact decoded value times its scale, within the checker's quantized bound (DESIGN §7,
 // gmmgen/verify/checker.h); the baseline runs on gmmgen::dequantize's values rounded to
 // activation_dtype and is checked against the float64 product of exactly those values.
+// float_spec (quantized rows): gmm-gen's kernel of float_counterpart(spec) (any tiling), run on
+// the baseline's operands and timed with the others, fills float_gflops and vs_float.
+// The kernel, the float kernel and the baseline are timed round robin, one run of each per
+// round, so that all of them meet the same machine (DESIGN §10: side by side in one run).
 Row run(Runtime& rt, const KernelSpec& spec, const Workload& work, const Options& o,
-        const Machine& machine);
+        const Machine& machine, const KernelSpec* float_spec = nullptr);
 
 }  // namespace gmmgen::bench
