@@ -210,6 +210,17 @@ TEST(Heuristic, FollowsRowsPerGroupAndStaysValid) {
   KernelSpec t = problem(4096, 512, 128, Op::kTgmm);
   t.isa = Isa::kAvx512Bf16;
   EXPECT_EQ(default_tiling(t), heuristic_tiling(t, 16));
+  EXPECT_EQ((Tiling{256, 96, 128}), default_tiling(t));
+  // Out stored [N, K]: the same C tile (96 rows over n, 128 columns over k) by default, and on
+  // the AVX-512 families columns over k 512 wide; avx2 keeps the default.
+  t.transpose_rhs = true;
+  EXPECT_EQ((Tiling{256, 128, 96}), default_tiling(t));
+  EXPECT_EQ((Tiling{256, 512, 96}), heuristic_tiling(t, 16));
+  t.isa = Isa::kAvx512;
+  EXPECT_EQ((Tiling{256, 512, 96}), heuristic_tiling(t, 16));
+  t.isa = Isa::kAvx2;
+  EXPECT_EQ(default_tiling(t), heuristic_tiling(t, 16));
+  t.transpose_rhs = false;
   // amx: f32 tgmm sums 288 x 384 output tiles (C rows x columns, whichever layout) over 64 rows.
   t.isa = Isa::kAmx;
   EXPECT_EQ((Tiling{64, 288, 384}), heuristic_tiling(t, 16));
