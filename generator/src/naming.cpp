@@ -33,12 +33,19 @@ std::string spec_hash(const KernelSpec& s) {
   std::lock_guard<std::mutex> lock(mutex);
   if (auto it = known.find(text); it != known.end()) return it->second;
   validate(s);
-  Renderer r;  // render once to learn which templates this kernel is made of
-  target_of(s.target).render(s, KernelId{"name", "hash"}, r);
+  // Render once with a placeholder name and hash: the templates the kernel is made of, and the
+  // source itself, which also holds what the generator computes into it (register tile, scratch
+  // bound, split limits), so a change to the heuristics alone gives new hashes and cache keys.
+  Renderer r;
+  const std::vector<EmittedFile> files = target_of(s.target).render(s, KernelId{"name", "hash"}, r);
   std::vector<std::string_view> parts{text, generator_version()};
   for (const auto& path : r.used()) {
     parts.push_back(path);
     parts.push_back(embedded_file(path));
+  }
+  for (const auto& f : files) {
+    parts.push_back(f.path);
+    parts.push_back(f.content);
   }
   return known[text] = hash128_hex(parts);
 }

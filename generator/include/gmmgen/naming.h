@@ -8,9 +8,10 @@
 
 namespace gmmgen {
 
-// 128-bit XXH3 of the canonical text, the generator version, and the path and contents of every
-// template (and header) the kernel is rendered from, as 32 lowercase hex digits. Names the kernel
-// in files, symbols and cache entries. Validates the spec first (throws SpecError).
+// 128-bit XXH3 of the canonical text, the generator version, the path and contents of every
+// template (and header) the kernel is rendered from, and the rendered files (with a placeholder
+// name and hash: what the heuristics render into them counts), as 32 lowercase hex digits. Names
+// the kernel in files, symbols and cache entries. Validates the spec first (throws SpecError).
 std::string spec_hash(const KernelSpec& s);
 
 // The readable part of the name, derived from the field table (SpecField::name_*): mandatory
