@@ -202,6 +202,20 @@ TEST(Heuristic, FollowsRowsPerGroupAndStaysValid) {
   EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s1, 512));
   s1.isa = Isa::kAvx512Bf16, s1.transpose_rhs = false;  // no tiles: one register tile wide
   EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s1, 512));
+  // bf16 x bf16 [K, N] weights in vdpbf16ps pairs, small groups: one register tile of columns;
+  // avx512 (no pair dot product), [N, K] weights and quantized weights keep 256.
+  KernelSpec s3_bf16 = problem(4096, 512, 128);
+  s3_bf16.lhs = s3_bf16.rhs = DType::kBF16;
+  s3_bf16.isa = Isa::kAvx512Bf16;
+  EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s3_bf16, 16));
+  EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s3_bf16, 100));
+  s3_bf16.isa = Isa::kAvx512;
+  EXPECT_EQ((Tiling{512, 128, 256}), heuristic_tiling(s3_bf16, 16));
+  s3_bf16.isa = Isa::kAvx512Bf16, s3_bf16.transpose_rhs = true;
+  EXPECT_EQ((Tiling{512, 128, 256}), heuristic_tiling(s3_bf16, 16));
+  s3_bf16.transpose_rhs = false, s3_bf16.rhs = DType::kI4;
+  s3_bf16.rhs_quant.kind = QuantKind::kBlock, s3_bf16.rhs_quant.block_k = 128;
+  EXPECT_EQ((Tiling{512, 128, 256}), heuristic_tiling(s3_bf16, 16));
   KernelSpec tiny = problem(40, 24, 3);  // clamped to K and N
   tiny.isa = Isa::kAvx512Bf16;
   EXPECT_EQ((Tiling{512, 40, 24}), heuristic_tiling(tiny, 2));

@@ -228,6 +228,12 @@ Tiling heuristic_tiling(const KernelSpec& s, double rows_per_group) {
   if (small) {
     t.tn = std::clamp<int64_t>(s.n, 1, 256);
     if (f.vec == 8) t.tk = std::clamp<int64_t>(s.k, 1, 256);
+    // bf16 x bf16 [K, N] weights packed into pairs for vdpbf16ps keep items of one register tile
+    // of columns: Zen 4, 2 threads, S3 229-237 -> 276-282 GFLOP/s at tn=64, S4 230-247 -> 271-274
+    // (tn=128 in between). Quantized weights decoded into pairs were even or faster at 256.
+    if (f.bf16_dot && !f.tiles && s.lhs == DType::kBF16 && s.rhs == DType::kBF16 &&
+        !s.transpose_rhs)
+      t.tn = std::clamp<int64_t>(s.n, 1, f.nr);
     // f32 [K, N] weights read in place by small groups on an AMX Xeon (2 cores, 2 MiB L2): each
     // k-block is prefetched into L2 while the one before computes, and both run fastest when the
     // block is whole weight rows (long runs in few pages) and shallow (tk=32: S3 107 -> 146-151
