@@ -6,20 +6,20 @@
 #define GMMGEN_BUNDLE_default_kernels_H_
 
 #include "gmmgen/kernel_abi.h"
-#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_8a150712.h"
-#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_2d590899.h"
-#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_c15c534d.h"
-#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_fdab5c4c.h"
-#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_55d82de3.h"
-#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_545e84a6.h"
+#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_e022210d.h"
+#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_c0d7e92e.h"
+#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_61bb41bc.h"
+#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_7aab9c09.h"
+#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_1ee8f827.h"
+#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_39d3d3b9.h"
 #include "tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_d2398e4d.h"
 #include "tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_3fc6a2cd.h"
-#include "gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_5c192b7a.h"
+#include "gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_1371af1f.h"
 #include "tgmm_f8e4m3xf8e5m2_f32_k512_n768_g8_t256x96x128_qlblock128_qrblock128_da2b2640.h"
-#include "gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_c19d395a.h"
-#include "gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_b050aab6.h"
-#include "gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_a410634f.h"
-#include "gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_0e974296.h"
+#include "gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_d8f3465d.h"
+#include "gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_ef122357.h"
+#include "gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_dd697c8a.h"
+#include "gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_e943356a.h"
 
 #ifdef __cplusplus
 extern "C" {
