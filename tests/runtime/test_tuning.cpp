@@ -216,6 +216,19 @@ TEST(Heuristic, FollowsRowsPerGroupAndStaysValid) {
   s3_bf16.transpose_rhs = false, s3_bf16.rhs = DType::kI4;
   s3_bf16.rhs_quant.kind = QuantKind::kBlock, s3_bf16.rhs_quant.block_k = 128;
   EXPECT_EQ((Tiling{512, 128, 256}), heuristic_tiling(s3_bf16, 16));
+  // f32 [N, K] weights of small groups on the AVX-512 families: deeper, narrower items; avx2,
+  // amx and larger groups keep their choice.
+  KernelSpec s3_nk = problem(4096, 512, 128);
+  s3_nk.transpose_rhs = true;
+  for (Isa isa : {Isa::kAvx512Bf16, Isa::kAvx512}) {
+    s3_nk.isa = isa;
+    EXPECT_EQ((Tiling{512, 512, 128}), heuristic_tiling(s3_nk, 16));
+    EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s3_nk, 100));
+  }
+  s3_nk.isa = Isa::kAvx2;
+  EXPECT_EQ((Tiling{512, 256, 256}), heuristic_tiling(s3_nk, 16));
+  s3_nk.isa = Isa::kAmx;
+  EXPECT_EQ((Tiling{512, 128, 256}), heuristic_tiling(s3_nk, 16));
   KernelSpec tiny = problem(40, 24, 3);  // clamped to K and N
   tiny.isa = Isa::kAvx512Bf16;
   EXPECT_EQ((Tiling{512, 40, 24}), heuristic_tiling(tiny, 2));
