@@ -6,20 +6,20 @@
 extern "C" {
 
 const gmmgen_kernel_entry default_kernels_kernels[] = {
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_62b3360e),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_9f553491),
-    GMMGEN_KERNEL_ENTRY(gmm_f32xf32_f32_k256_n384_g16_t32x128x64_60c29cb6),
-    GMMGEN_KERNEL_ENTRY(gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_74018798),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_f9f70130),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_90e9c997),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_53524812),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_954a401d),
+    GMMGEN_KERNEL_ENTRY(gmm_f32xf32_f32_k256_n384_g16_t32x128x64_bb289b4e),
+    GMMGEN_KERNEL_ENTRY(gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_25053f7d),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_bb53836a),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_180fdf5f),
     GMMGEN_KERNEL_ENTRY(tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_2400715e),
     GMMGEN_KERNEL_ENTRY(tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_a5802ad3),
-    GMMGEN_KERNEL_ENTRY(gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_d2aff493),
+    GMMGEN_KERNEL_ENTRY(gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_2a70f76c),
     GMMGEN_KERNEL_ENTRY(tgmm_f8e4m3xf8e5m2_f32_k512_n768_g8_t256x96x128_qlblock128_qrblock128_e95daa27),
-    GMMGEN_KERNEL_ENTRY(gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_6178d0c3),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_599a56ab),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_b2c8049c),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_5e566242),
+    GMMGEN_KERNEL_ENTRY(gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_fcd8e662),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_8d982248),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_d8d3c5c5),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_12c911a6),
 };
 const int32_t default_kernels_kernel_count = 14;
 
