@@ -6,14 +6,18 @@
 // blocks.
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>
 #include <random>
 
 #include "gmmgen/codes.h"
+#include "gmmgen/heuristics.h"
 #include "gmmgen/quantize.hpp"
 #include "gmmgen/runtime.hpp"
+#include "gmmgen/spec.h"
+#include "gmmgen/verify/checker.h"
 #include "gmmgen/verify/numeric.h"
 #include "private_runtime.h"
 
@@ -292,6 +296,78 @@ TEST_F(QuantRuntime, TgmmBlocksOfGlobalRowsStraddleGroupBoundaries) {
       }
     r0 += sizes[size_t(g)];
   }
+}
+
+// A compiler's path on $PATH, or empty.
+std::string on_path(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  std::string dirs = path ? path : "";
+  for (size_t at = 0; at <= dirs.size();) {
+    const size_t end = std::min(dirs.find(':', at), dirs.size());
+    const fs::path f = fs::path(dirs.substr(at, end - at)) / name;
+    if (end > at && access(f.c_str(), X_OK) == 0) return f.string();
+    at = end + 1;
+  }
+  return {};
+}
+
+// The scale folds (a block's partial product times its scales, added to the accumulators) are
+// written as fused multiply-adds, so the bits of a quantized product do not depend on the compiler:
+// GCC contracts a product and a sum written apart, clang++ does not. Each family this CPU runs,
+// compiled by g++ and by clang++, on the same inputs: gmm folding inside the micro-kernel (blocks
+// shorter than tk, with and without lhs scales), tgmm folding per row (fold_row), and a float
+// product with converted operands and output (f16 and bf16, accumulating). The kernels are cached
+// in $GMMGEN_TEST_CACHE_DIR when set (shared by .ci/test's two builds; the cache key covers the
+// compiler), else in a private folder.
+TEST(CompilerIndependence, SameBitsFromGccAndClang) {
+  const std::string compilers[] = {on_path("g++"), on_path("clang++")};
+  if (compilers[0].empty() || compilers[1].empty()) GTEST_SKIP() << "needs both g++ and clang++";
+  const char* specs[] = {
+      "op=gmm,lhs=bf16,rhs=nf4,out=f32,rhs_quant=block:32,k=200,n=72,g=3,tm=16,tk=64,tn=64",
+      "op=gmm,lhs=f8e4m3,rhs=i4,out=f32,lhs_quant=block:16,rhs_quant=block:32,k=136,n=40,g=3,"
+      "tm=16,tk=64,tn=32",
+      "op=tgmm,lhs=f8e4m3,rhs=f8e5m2,out=f32,lhs_quant=block:16,rhs_quant=block:16,k=40,n=36,g=3,"
+      "tm=24,tk=32,tn=32",
+      "op=gmm,lhs=f16,rhs=bf16,out=bf16,k=200,n=72,g=3,tm=16,tk=64,tn=64,out_mode=accumulate",
+  };
+  const char* old = std::getenv("GMMGEN_CXX");
+  const std::string saved = old ? old : "";
+  for (Isa isa : {Isa::kAvx512Bf16, Isa::kAvx512, Isa::kAvx2, Isa::kGeneric}) {
+    if (!host_supports(isa)) continue;
+    for (const char* text : specs) {
+      KernelSpec spec = parse_text(std::string(text) + ",isa=" + std::string(to_string(isa)));
+      CheckCase c;
+      c.label = "ragged";
+      c.m = 61;
+      c.group_sizes = {17, 0, 40};  // sum < m; the last group starts mid-tile
+      c.seed = 5;
+      uint64_t digest[2] = {0, 0};
+      for (int i = 0; i < 2; ++i) {
+        setenv("GMMGEN_CXX", compilers[i].c_str(), 1);
+        const char* shared = std::getenv("GMMGEN_TEST_CACHE_DIR");
+        const fs::path dir =
+            shared && *shared ? fs::path(shared) : testing::make_private_dir("gmmgen_test_cxx");
+        ASSERT_FALSE(dir.empty());
+        {
+          RuntimeOptions o;
+          o.cache_dir = dir;
+          o.num_threads = 2;
+          Runtime rt(o);
+          const CheckResult r = check_kernel(rt.kernel(spec), spec, c);
+          EXPECT_TRUE(r.ok) << compilers[i] << ": " << r.failure;
+          digest[i] = r.output_digest;
+        }
+        std::error_code ec;
+        if (!(shared && *shared)) fs::remove_all(dir, ec);
+      }
+      EXPECT_EQ(digest[0], digest[1])
+          << text << " isa=" << to_string(isa) << ": g++ and clang++ kernels give different bits";
+    }
+  }
+  if (old)
+    setenv("GMMGEN_CXX", saved.c_str(), 1);
+  else
+    unsetenv("GMMGEN_CXX");
 }
 
 }  // namespace

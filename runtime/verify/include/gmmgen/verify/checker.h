@@ -76,8 +76,8 @@ struct CheckResult {
 // dtype plus f32 summation of `terms` products.
 // Quantized operands (DESIGN.md §7): c = 4. The kernel sums each scale block's partial product
 // P_b (L terms: L roundings) in f32 on the decoded codes, which are exact in f32, rounds
-// s_lhs*s_rhs (1) and its product with P_b (1), and adds the blocks in f32 (blocks - 1): at most
-// L + blocks + 1 roundings, each of at most u*S. Blocks nest (powers of two), so L * blocks
+// s_lhs*s_rhs (1), and adds its product with P_b to the blocks before in one fused multiply-add
+// (1 per block): at most L + blocks + 1 roundings, each of at most u*S. Blocks nest (powers of two), so L * blocks
 // covers the terms: L + blocks <= terms + 1 for gmm, terms + 2 for tgmm (a group's rows may
 // touch one block more than they fill), leaving at least one u*S for second-order terms.
 // Integer x integer (i8, i4, t2 on both sides): P_b is exact (i32), so terms = the number of
