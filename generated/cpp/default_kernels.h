@@ -14,12 +14,12 @@
 #include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_da372d78.h"
 #include "tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_c4b21f99.h"
 #include "tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_a071b604.h"
-#include "gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_547f0742.h"
-#include "tgmm_f8e4m3xf8e5m2_f32_k512_n768_g8_t256x96x128_qlblock128_qrblock128_bc1fa787.h"
-#include "gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_ba2cc509.h"
-#include "gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_39af96ea.h"
-#include "gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_d305552f.h"
-#include "gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_e1ea9a0b.h"
+#include "gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_e935a436.h"
+#include "tgmm_f8e4m3xf8e5m2_f32_k512_n768_g8_t256x96x128_qlblock128_qrblock128_f040693c.h"
+#include "gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_b66c33fe.h"
+#include "gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_20c4b792.h"
+#include "gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_b95d097d.h"
+#include "gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_9fe9c407.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -62,8 +62,9 @@ std::string float_literal(float v) {
   return buf;
 }
 
-// Whether every value of dtype d is a bf16 value (bf16 itself, fp8, i8, i4, t2; not nf4's levels
-// or f16/f32), so that products with bf16 operands can use the pair dot product exactly.
+// Whether every value of dtype d is a bf16 value (bf16 itself, fp8, i8, i4, t2, and nf4, whose
+// levels gmmgen/codes.h rounds to bf16; not f16/f32), so that products with bf16 operands can use
+// the pair dot product exactly.
 bool bf16_exact(DType d) {
   if (d == DType::kBF16) return true;
   if (!codes::is_quantized(d)) return false;
