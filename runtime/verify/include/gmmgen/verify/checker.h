@@ -77,9 +77,10 @@ struct CheckResult {
 // Quantized operands (DESIGN.md §7): c = 4. The kernel sums each scale block's partial product
 // P_b (L terms: L roundings) in f32 on the decoded codes, which are exact in f32, rounds
 // s_lhs*s_rhs (1), and adds its product with P_b to the blocks before in one fused multiply-add
-// (1 per block): at most L + blocks + 1 roundings, each of at most u*S. Blocks nest (powers of two), so L * blocks
-// covers the terms: L + blocks <= terms + 1 for gmm, terms + 2 for tgmm (a group's rows may
-// touch one block more than they fill), leaving at least one u*S for second-order terms.
+// (1 per block): at most L + blocks + 1 roundings, each of at most u*S. Blocks nest (powers of
+// two), so L * blocks covers the terms: L + blocks <= terms + 1 for gmm, terms + 2 for tgmm (a
+// group's rows may touch one block more than they fill), leaving at least one u*S for
+// second-order terms.
 // Integer x integer (i8, i4, t2 on both sides): P_b is exact (i32), so terms = the number of
 // scale blocks along the contraction: P_b to f32, s_lhs*s_rhs and the scaling (1 each) and the
 // outer sum (blocks - 1) make blocks + 2 roundings, "one scaling and one rounding" per block:
