@@ -6,20 +6,20 @@
 #define GMMGEN_BUNDLE_default_kernels_H_
 
 #include "gmmgen/kernel_abi.h"
-#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_e905c231.h"
-#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_07786076.h"
-#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_f55097c8.h"
-#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_1beb77af.h"
-#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_b7956257.h"
-#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_da372d78.h"
+#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_0958e37c.h"
+#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_19f05b8c.h"
+#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_d5fbc27f.h"
+#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_8e2a609c.h"
+#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_89a4ade6.h"
+#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_34efe0ca.h"
 #include "tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_c4b21f99.h"
 #include "tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_a071b604.h"
-#include "gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_e935a436.h"
+#include "gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_e16d0a1c.h"
 #include "tgmm_f8e4m3xf8e5m2_f32_k512_n768_g8_t256x96x128_qlblock128_qrblock128_f040693c.h"
-#include "gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_b66c33fe.h"
-#include "gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_20c4b792.h"
-#include "gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_b95d097d.h"
-#include "gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_9fe9c407.h"
+#include "gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_5854119e.h"
+#include "gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_1405a833.h"
+#include "gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_557df561.h"
+#include "gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_a2ef70ec.h"
 
 #ifdef __cplusplus
 extern "C" {

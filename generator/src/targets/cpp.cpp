@@ -168,7 +168,6 @@ mu::data family_context(const KernelSpec& s, const IsaFamily& f, size_t index, s
   ctx.set("qint", mu::data(qint));
   if (quant_kernel(s)) ctx.set("qdecode", r.render(f.qdecode, ctx));
   ctx.set("scratch_bytes", std::to_string(scratch_bytes(s, f)));
-  ctx.set("prefetch_spread_tiles", std::to_string(kPrefetchSpreadTiles));
   ctx.set("tgmm_in_place", f.tgmm_in_place ? "true" : "false");
   // isa=native: one family per branch of an #if chain on the compiler's flags, best first.
   if (count > 1) {
@@ -296,6 +295,7 @@ class CppTarget final : public Target {
     ctx.set("split_max_tiles", std::to_string(kSplitMaxTiles));
     ctx.set("split_max_elements", std::to_string(kSplitMaxElements));
     ctx.set("slices_per_group", std::to_string(kSlicesPerGroup));
+    ctx.set("prefetch_spread_tiles", std::to_string(kPrefetchSpreadTiles));
     ctx.set("max_slices", std::to_string(kMaxSlices));
     ctx.set("intrinsics", mu::data(s.isa == Isa::kNative || isa_family(s.isa).vec > 1));
     for (const auto& d : dtype_table())
