@@ -7,7 +7,11 @@ import unittest
 import numpy as np
 
 import gmmgen
-from common import G, K, N, randn, rng
+from common import G, randn, rng
+
+# Wider than the other tests' shapes so that one call lasts long enough on a fast core:
+# 2 * 1024 * 1024 flops per row, 64k rows are 137 GFLOP.
+K = N = 1024
 
 
 class GilTest(unittest.TestCase):
@@ -16,8 +20,8 @@ class GilTest(unittest.TestCase):
         try:
             rhs = randn(rng(61), G, K, N)
             # The values do not matter here: the call must only last long enough (>= 0.25 s,
-            # growing M up to 320k rows on a fast machine).
-            m = 40000
+            # growing M up to 64k rows on a fast machine).
+            m = 2048
             # Compiled first: a call that compiles would end the calibration at once.
             gmmgen.gmm(np.full((m, K), 0.5, np.float32), rhs, np.full(G, m // G, np.int32))
             while True:
@@ -25,7 +29,7 @@ class GilTest(unittest.TestCase):
                 sizes = np.full(G, m // G, np.int32)
                 start = time.perf_counter()
                 gmmgen.gmm(lhs, rhs, sizes)
-                if time.perf_counter() - start >= 0.25 or m >= 320000:
+                if time.perf_counter() - start >= 0.25 or m >= 65536:
                     break
                 m *= 2
             # A thread that needs the GIL every 2 ms: while the kernel holds the GIL it gets at
