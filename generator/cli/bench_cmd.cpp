@@ -79,7 +79,7 @@ int run_bench(const BenchOptions& o) {
         "own)");
   const std::vector<bench::QuantPreset> presets =
       quant ? bench::parse_quant_set(o.quant) : std::vector<bench::QuantPreset>{};
-  // What to run: the standard shapes for gmm f32, gmm bf16 x bf16 -> f32 and tgmm f32 (with
+  // What to run: the standard shapes for gmm and tgmm in f32 and bf16 x bf16 -> f32 (with
   // --quant: gmm with each preset's dtypes, after its float counterpart), or the given specs on
   // --m rows split by --dist. Every quantized row runs after its float counterpart.
   std::vector<Job> jobs;
@@ -104,7 +104,8 @@ int run_bench(const BenchOptions& o) {
     };
     const Kind kinds[] = {{Op::kGmm, DType::kF32, DType::kF32, DType::kF32},
                           {Op::kGmm, DType::kBF16, DType::kBF16, DType::kF32},
-                          {Op::kTgmm, DType::kF32, DType::kF32, DType::kF32}};
+                          {Op::kTgmm, DType::kF32, DType::kF32, DType::kF32},
+                          {Op::kTgmm, DType::kBF16, DType::kBF16, DType::kF32}};
     const auto names = o.shapes == "all" ? bench::standard_shape_names() : split(o.shapes);
     size_t candidates = 0;  // --filter applies to the rows' kernels (a quantized row's float
                             // counterpart runs with it, for `vs float`)
@@ -217,8 +218,8 @@ Command add_bench(CLI::App& app) {
   o->specs.add_to(*cmd);
   o->filter.add_to(*cmd);
   cmd->add_option("--shapes", o->shapes,
-                  "Standard shapes (DESIGN §10): S1,S2,S3,S4 or all; runs gmm f32, gmm bf16 x "
-                  "bf16 -> f32 and tgmm f32 on each");
+                  "Standard shapes (DESIGN §10): S1,S2,S3,S4 or all; runs gmm and tgmm, f32 and "
+                  "bf16 x bf16 -> f32, on each");
   o->quant_option =
       cmd->add_option("--quant", o->quant,
                       "With --shapes: gmm with quantized operands instead, each beside gmm-gen's "

@@ -253,8 +253,18 @@ TEST(Heuristic, FollowsRowsPerGroupAndStaysValid) {
   EXPECT_EQ((Tiling{64, 288, 384}), heuristic_tiling(t, 16));
   t.transpose_rhs = true;
   EXPECT_EQ((Tiling{64, 384, 288}), heuristic_tiling(t, 16));
+  // bf16 x bf16 on a family with vdpbf16ps (pairs of rows): C tiles of 192 x 192 either way; a
+  // family without it keeps the f32 rules.
   t.lhs = t.rhs = DType::kBF16;
+  EXPECT_EQ((Tiling{256, 192, 192}), heuristic_tiling(t, 16));
+  t.isa = Isa::kAvx512Bf16;
+  EXPECT_EQ((Tiling{256, 192, 192}), heuristic_tiling(t, 16));
+  t.transpose_rhs = false;
+  EXPECT_EQ((Tiling{256, 192, 192}), heuristic_tiling(t, 16));
+  t.isa = Isa::kAvx512;
   EXPECT_EQ(default_tiling(t), heuristic_tiling(t, 16));
+  t.transpose_rhs = true;
+  EXPECT_EQ((Tiling{256, 512, 96}), heuristic_tiling(t, 16));
   EXPECT_EQ((Tiling{256, 256, 8}), heuristic_tiling(problem(512, 8, 1, Op::kTgmm), 2048));
   // Whatever the rows, the chosen tiling validates for every dtype pair the runtime serves.
   for (double rows : {0.0, 1.0, 16.0, 100.0, 5000.0})

@@ -68,6 +68,11 @@ inline constexpr int64_t kMaxTileScratchBytes = int64_t{4} << 20;
 int64_t tile_scratch_bytes(const KernelSpec& s, const IsaFamily& f);
 bool tile_path(const KernelSpec& s, const IsaFamily& f);
 
+// Whether a kernel of family f multiplies bf16 x bf16 in pairs with the family's dot product
+// (vdpbf16ps): gmm pairs consecutive k, tgmm consecutive group rows (both operands of a chunk
+// packed into pairs).
+bool bf16_pairs(const KernelSpec& s, const IsaFamily& f);
+
 // The best family this machine can run (cpuid), and whether it can run a given one.
 Isa host_isa();
 bool host_supports(Isa isa);

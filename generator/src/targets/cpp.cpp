@@ -143,8 +143,7 @@ mu::data family_context(const KernelSpec& s, const IsaFamily& f, size_t index, s
     vecs.push_back(mu::object{{"j", std::to_string(j)}, {"off", std::to_string(j * f.vec)}});
   ctx.set("rows", rows);
   ctx.set("vecs", vecs);
-  const bool pairs =
-      f.bf16_dot && s.op == Op::kGmm && s.lhs == DType::kBF16 && s.rhs == DType::kBF16;
+  const bool pairs = bf16_pairs(s, f);
   // Integer codes on both sides take the family's integer dot product (k-blocks start on a quad
   // of k); other quantized gmm whose operands are all bf16 values (and whose k-blocks start on a
   // pair) decodes codes to bf16 and takes the pair dot product.
