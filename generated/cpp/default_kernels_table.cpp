@@ -6,20 +6,20 @@
 extern "C" {
 
 const gmmgen_kernel_entry default_kernels_kernels[] = {
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_d243795a),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_95af8d0e),
-    GMMGEN_KERNEL_ENTRY(gmm_f32xf32_f32_k256_n384_g16_t32x128x64_bb983595),
-    GMMGEN_KERNEL_ENTRY(gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_00e152d4),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_63ff5c32),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_29b138a8),
-    GMMGEN_KERNEL_ENTRY(tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_7ab78171),
-    GMMGEN_KERNEL_ENTRY(tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_ae8a8f75),
-    GMMGEN_KERNEL_ENTRY(gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_53363007),
-    GMMGEN_KERNEL_ENTRY(tgmm_f8e4m3xf8e5m2_f32_k512_n768_g8_t256x96x128_qlblock128_qrblock128_c6e5dc06),
-    GMMGEN_KERNEL_ENTRY(gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_c7dd2920),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_ca33dc84),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_3c5ac10f),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_facdfabe),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_fdf5863c),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_182b867e),
+    GMMGEN_KERNEL_ENTRY(gmm_f32xf32_f32_k256_n384_g16_t32x128x64_58c50e06),
+    GMMGEN_KERNEL_ENTRY(gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_39349c03),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_47d093ca),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_d584108e),
+    GMMGEN_KERNEL_ENTRY(tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_ba3688e5),
+    GMMGEN_KERNEL_ENTRY(tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_0de6e933),
+    GMMGEN_KERNEL_ENTRY(gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_4a021430),
+    GMMGEN_KERNEL_ENTRY(tgmm_f8e4m3xf8e5m2_f32_k512_n768_g8_t256x96x128_qlblock128_qrblock128_bad035dc),
+    GMMGEN_KERNEL_ENTRY(gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_b801015a),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_4e486b72),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_2088bc84),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_f1164e47),
 };
 const int32_t default_kernels_kernel_count = 14;
 

@@ -3,7 +3,9 @@
 #pragma once
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
@@ -18,6 +20,19 @@ inline std::filesystem::path make_private_dir(const std::string& prefix) {
   std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/" + prefix + "_XXXXXX";
   if (!mkdtemp(templ.data())) return {};
   return templ;
+}
+
+// A program's path on $PATH, or empty.
+inline std::string on_path(const std::string& name) {
+  const char* path = std::getenv("PATH");
+  const std::string dirs = path ? path : "";
+  for (size_t at = 0; at <= dirs.size();) {
+    const size_t end = std::min(dirs.find(':', at), dirs.size());
+    const std::filesystem::path f = std::filesystem::path(dirs.substr(at, end - at)) / name;
+    if (end > at && access(f.c_str(), X_OK) == 0) return f.string();
+    at = end + 1;
+  }
+  return {};
 }
 
 class PrivateRuntimeTest : public ::testing::Test {

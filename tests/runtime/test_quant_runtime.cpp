@@ -298,19 +298,6 @@ TEST_F(QuantRuntime, TgmmBlocksOfGlobalRowsStraddleGroupBoundaries) {
   }
 }
 
-// A compiler's path on $PATH, or empty.
-std::string on_path(const std::string& name) {
-  const char* path = std::getenv("PATH");
-  std::string dirs = path ? path : "";
-  for (size_t at = 0; at <= dirs.size();) {
-    const size_t end = std::min(dirs.find(':', at), dirs.size());
-    const fs::path f = fs::path(dirs.substr(at, end - at)) / name;
-    if (end > at && access(f.c_str(), X_OK) == 0) return f.string();
-    at = end + 1;
-  }
-  return {};
-}
-
 // The scale folds (a block's partial product times its scales, added to the accumulators) are
 // written as fused multiply-adds, so the bits of a quantized product do not depend on the compiler:
 // GCC contracts a product and a sum written apart, clang++ does not. Each family this CPU runs,
@@ -320,7 +307,7 @@ std::string on_path(const std::string& name) {
 // in $GMMGEN_TEST_CACHE_DIR when set (shared by .ci/test's two builds; the cache key covers the
 // compiler), else in a private folder.
 TEST(CompilerIndependence, SameBitsFromGccAndClang) {
-  const std::string compilers[] = {on_path("g++"), on_path("clang++")};
+  const std::string compilers[] = {testing::on_path("g++"), testing::on_path("clang++")};
   if (compilers[0].empty() || compilers[1].empty()) GTEST_SKIP() << "needs both g++ and clang++";
   const char* specs[] = {
       "op=gmm,lhs=bf16,rhs=nf4,out=f32,rhs_quant=block:32,k=200,n=72,g=3,tm=16,tk=64,tn=64",
