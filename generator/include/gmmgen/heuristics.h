@@ -92,6 +92,14 @@ inline constexpr int64_t kSplitMaxTiles = 16;
 inline constexpr int64_t kSplitMaxElements = int64_t{1} << 20;
 inline constexpr int64_t kSlicesPerGroup = 8;
 inline constexpr int64_t kMaxSlices = 32;
+// tgmm items of alike cost: a tile of a group (or slice) with r rows costs about r +
+// kTileWriteRows rows of products (its output is written once, bandwidth-bound), and an item
+// holds as many consecutive tiles of its group as keep it within the costliest single tile. The
+// pool hands out runs of items by count; with one tile per item a run holding the largest groups'
+// tiles cost several times another (Zen 5, 2 threads, groups of 2438, 1061, ... 201 rows: 0.78x
+// oneDNN, the threads' shares 62% / 38%). A tile of ~16 rows (S4) spent about as long on its
+// 48 KiB of output as on its products, hence 32.
+inline constexpr int64_t kTileWriteRows = 32;
 
 // A tile's tn columns padded to whole register tiles of the family (nr columns).
 inline constexpr int64_t packed_cols(int64_t tn, int64_t nr) {

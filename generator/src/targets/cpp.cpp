@@ -296,6 +296,7 @@ class CppTarget final : public Target {
     ctx.set("slices_per_group", std::to_string(kSlicesPerGroup));
     ctx.set("prefetch_spread_tiles", std::to_string(kPrefetchSpreadTiles));
     ctx.set("max_slices", std::to_string(kMaxSlices));
+    ctx.set("tile_write_rows", std::to_string(kTileWriteRows));
     ctx.set("intrinsics", mu::data(s.isa == Isa::kNative || isa_family(s.isa).vec > 1));
     for (const auto& d : dtype_table())
       ctx.set("uses_" + std::string(d.name),
