@@ -6,7 +6,6 @@
 // blocks.
 #include <gtest/gtest.h>
 #include <stdlib.h>
-#include <unistd.h>
 
 #include <cmath>
 #include <filesystem>

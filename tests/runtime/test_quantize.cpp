@@ -359,6 +359,64 @@ TEST(QuantizeCodes, EncodeMatchesBruteForceNearestEvenOverAllCodes) {
   }
 }
 
+// The quantizers' fp8 rows (eight codes at a time where the host runs AVX-512, one at a time
+// elsewhere) against encode_code element by element, on values that hit every level, every tie
+// and both sides of it, subnormals, saturation and signed zeros; rows whose lengths leave tails,
+// with one scale per block, one per column, none, and fixed calibration (lo = 0 keeps -0's sign).
+TEST(QuantizeCodes, Fp8RowsMatchEncodeCode) {
+  std::mt19937 rng(11);
+  for (DType d : {DType::kF8E4M3, DType::kF8E5M2}) {
+    SCOPED_TRACE(std::string(to_string(d)));
+    const CodeTable& t = code_table(d);
+    std::vector<float> v;  // ties of fp8 values are exact in f32
+    std::vector<double> levels = t.values;
+    std::sort(levels.begin(), levels.end());
+    for (size_t i = 0; i + 1 < levels.size(); ++i) {
+      const float mid = float((levels[i] + levels[i + 1]) / 2);
+      v.insert(v.end(),
+               {float(levels[i]), mid, std::nextafter(mid, -1e30f), std::nextafter(mid, 1e30f)});
+    }
+    const float top = float(codes::qmax(d));
+    v.insert(v.end(),
+             {0.0f, -0.0f, top, -top, top * 1.01f, -top * 1.01f, 3e38f, -3e38f, 1e-30f, -1e-40f});
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    while (v.size() % 16 != 13) v.push_back(std::ldexp(u(rng), int(rng() % 30) - 15) * top);
+    const int64_t n = int64_t(v.size());
+    std::vector<uint8_t> q(v.size());
+    // Unit scale (scheme none), then blocks of 16 along the row.
+    QuantizeOptions o;
+    o.dtype = d;
+    o.scheme = scheme("none");
+    quantize(v.data(), 1, n, 0, o, q.data(), 0, nullptr, 0);
+    for (int64_t i = 0; i < n; ++i) ASSERT_EQ(int(encode_code(d, v[i])), int(q[i])) << "x=" << v[i];
+    o.scheme = scheme("block:16");
+    std::vector<float> s(size_t((n + 15) / 16));
+    quantize(v.data(), 1, n, 0, o, q.data(), 0, s.data(), 0);
+    for (int64_t i = 0; i < n; ++i)
+      ASSERT_EQ(int(encode_code(d, double(v[i]) / s[size_t(i / 16)])), int(q[i])) << "x=" << v[i];
+    // One scale per column: v as 3 rows of n / 3 columns.
+    const int64_t cols = n / 3, rows = 3;
+    o.scheme = scheme("channel"), o.axis = QuantAxis::kRows;
+    std::vector<float> sc(static_cast<size_t>(cols));
+    quantize(v.data(), rows, cols, 0, o, q.data(), 0, sc.data(), 0);
+    for (int64_t i = 0; i < rows * cols; ++i)
+      ASSERT_EQ(int(encode_code(d, double(v[i]) / sc[size_t(i % cols)])), int(q[i]))
+          << "x=" << v[i];
+    // Fixed calibration clips first; with lo = 0, -0 stays -0 and negatives become +0.
+    for (const char* cal : {"fixed:-3.5:2", "fixed:0:8"}) {
+      SCOPED_TRACE(cal);
+      o.scheme = scheme("tensor"), o.axis = QuantAxis::kCols,
+      o.calibration = parse_calibration(cal);
+      float st = 0;
+      quantize(v.data(), 1, n, 0, o, q.data(), 0, &st, 0);
+      const Calibration c = o.calibration;
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(int(encode_code(d, std::clamp(double(v[i]), c.lo, c.hi) / st)), int(q[i]))
+            << "x=" << v[i];
+    }
+  }
+}
+
 TEST(QuantizeCodes, Fp8SaturatesAtAndAboveItsMax) {
   // e4m3fn: 448 = 0x7E (0x7F is NaN); e5m2: 57344 = 0x7B (0x7C is inf).
   const float e4[] = {448.0f, 449.0f, 464.0f, 480.0f, 1e6f, 3e38f};

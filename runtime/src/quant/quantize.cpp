@@ -11,6 +11,19 @@
 #include <type_traits>
 #include <vector>
 
+#if defined(__x86_64__)
+// GCC 12 warns of "'__Y' may be used uninitialized" inside its own AVX-512 intrinsics (the
+// _mm512_undefined_* idiom, GCC bug 105593): silenced for that header only.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#endif
+
 #include "gmmgen/codes.h"
 #include "gmmgen/heuristics.h"
 
@@ -409,10 +422,91 @@ struct Source {
   }
 };
 
+// ---- fp8 codes eight at a time (AVX-512) ------------------------------------------------------
+// A dual quantization of a dynamic activation sits in every training step's forward, and the
+// scalar cast above took 13 ns per element of it (4096 x 768 in 41 ms). encode_fp8_x8 runs
+// encode_fp8's integer steps on the bits of eight f64 values at once, so that every code is the
+// scalar's (QuantizeCodes.Fp8RowsMatchEncodeCode checks this wherever the host runs AVX-512).
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define GMMGEN_QUANT_X8 1
+#define GMMGEN_AVX512_TARGET __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl")))
+
+GMMGEN_AVX512_TARGET inline __m128i encode_fp8_x8(const Codec& k, __m512d v) {
+  const __m512i one = _mm512_set1_epi64(1), sign_bit = _mm512_set1_epi64(0x80);
+  const __m512i sign = _mm512_and_si512(_mm512_srli_epi64(_mm512_castpd_si512(v), 56), sign_bit);
+  // std::min(|v|, max) is |v| unless max < |v| (no NaN here: values and scales are finite).
+  const __m512d a = _mm512_min_pd(_mm512_abs_pd(v), _mm512_set1_pd(k.max));
+  const __mmask8 nonzero = _mm512_cmp_pd_mask(a, _mm512_set1_pd(k.half_min_subnormal), _CMP_GT_OQ);
+  const __m512i u = _mm512_castpd_si512(a);
+  const __m512i exp = _mm512_sub_epi64(_mm512_srli_epi64(u, 52), _mm512_set1_epi64(1023));
+  const __m512i sig =
+      _mm512_or_si512(_mm512_and_si512(u, _mm512_set1_epi64((int64_t(1) << 52) - 1)),
+                      _mm512_set1_epi64(int64_t(1) << 52));
+  const int frac = k.precision - 1;
+  __m512i e = _mm512_max_epi64(exp, _mm512_set1_epi64(k.emin));
+  // Lanes that round to zero may shift by 64 or more here: the shifts then give 0, unused.
+  const __m512i shift = _mm512_add_epi64(_mm512_set1_epi64(52 - frac), _mm512_sub_epi64(e, exp));
+  __m512i m = _mm512_srlv_epi64(sig, shift);
+  const __m512i rest = _mm512_and_si512(sig, _mm512_sub_epi64(_mm512_sllv_epi64(one, shift), one));
+  const __m512i half = _mm512_sllv_epi64(one, _mm512_sub_epi64(shift, one));
+  const __mmask8 up = _mm512_cmpgt_epu64_mask(rest, half) |
+                      (_mm512_cmpeq_epu64_mask(rest, half) & _mm512_test_epi64_mask(m, one));
+  m = _mm512_mask_add_epi64(m, up, m, one);
+  const __mmask8 carry = _mm512_cmpeq_epu64_mask(m, _mm512_set1_epi64(int64_t(1) << k.precision));
+  m = _mm512_mask_srli_epi64(m, carry, m, 1);
+  e = _mm512_mask_add_epi64(e, carry, e, one);
+  const __m512i implicit = _mm512_set1_epi64(int64_t(1) << frac);
+  const __m512i biased = _mm512_add_epi64(_mm512_sub_epi64(e, _mm512_set1_epi64(k.emin)), one);
+  const __m512i normal = _mm512_or_si512(_mm512_sllv_epi64(biased, _mm512_set1_epi64(frac)),
+                                         _mm512_sub_epi64(m, implicit));
+  const __m512i code = _mm512_mask_blend_epi64(_mm512_cmplt_epu64_mask(m, implicit), normal, m);
+  return _mm512_cvtepi64_epi8(_mm512_mask_or_epi64(sign, nonzero, sign, code));
+}
+
+// codes[c] = encode_fp8(src.value(x[c]) / s) for c in [0, n - n % 8), s = scales[c] when
+// per_column, else scales[0]; returns that count (the caller encodes the rest).
+GMMGEN_AVX512_TARGET int64_t encode_fp8_run(const Codec& k, const Source& src, const float* x,
+                                            const float* scales, bool per_column, int64_t n,
+                                            uint8_t* codes) {
+  const bool fixed = src.cal.kind == Calibration::Kind::kFixed;
+  const __m512d lo = _mm512_set1_pd(src.cal.lo), hi = _mm512_set1_pd(src.cal.hi);
+  __m512d s = _mm512_set1_pd(double(scales[0]));
+  int64_t c = 0;
+  for (; c + 8 <= n; c += 8) {
+    __m512d v = _mm512_cvtps_pd(_mm256_loadu_ps(x + c));
+    if (fixed) {  // std::clamp: lo when v < lo, hi when hi < v, else v itself (a zero keeps its
+                  // sign)
+      v = _mm512_mask_blend_pd(_mm512_cmp_pd_mask(v, lo, _CMP_LT_OQ), v, lo);
+      v = _mm512_mask_blend_pd(_mm512_cmp_pd_mask(hi, v, _CMP_LT_OQ), v, hi);
+    }
+    if (per_column) s = _mm512_cvtps_pd(_mm256_loadu_ps(scales + c));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + c), encode_fp8_x8(k, _mm512_div_pd(v, s)));
+  }
+  return c;
+}
+#endif
+
+// The codes of row[c0, c1): encode<D>(value(row[c]) / s), s = scales[c - c0] when per_column,
+// else scales[0]; fp8 eight at a time where the CPU has AVX-512.
+template <DType D>
+void encode_run(const Codec& k, const Source& src, const float* row, int64_t c0, int64_t c1,
+                const float* scales, bool per_column, uint8_t* crow) {
+  int64_t c = c0;
+#ifdef GMMGEN_QUANT_X8
+  if constexpr (D == DType::kF8E4M3 || D == DType::kF8E5M2) {
+    static const bool x8 = host_supports(Isa::kAvx512);
+    if (x8) c += encode_fp8_run(k, src, row + c0, scales, per_column, c1 - c0, crow + c0);
+  }
+#endif
+  for (; c < c1; ++c) {
+    const double s = per_column ? scales[c - c0] : scales[0];
+    codes::set_code(crow, c, bits_of(D), encode<D>(k, src.value(row[c]) / s));
+  }
+}
+
 template <DType D>
 void quantize_panels(const Source& src, const Codec& k, const Output& out) {
   const Layout& l = out.layout;
-  const int bits = bits_of(D);
   const bool scaled = out.scales != nullptr;
   const int64_t chunk = std::min(l.grid_cols, std::max<int64_t>(1, kPanelCols / l.bc));
   std::vector<float> s(static_cast<size_t>(chunk));
@@ -448,14 +542,12 @@ void quantize_panels(const Source& src, const Codec& k, const Output& out) {
         const float* row = src.x + r * src.ld;
         uint8_t* crow = out.codes + r * out.code_stride;
         if (l.bc == 1) {
-          for (int64_t c = c0; c < c1; ++c)
-            codes::set_code(crow, c, bits, encode<D>(k, src.value(row[c]) / double(s[c - c0])));
+          encode_run<D>(k, src, row, c0, c1, s.data(), true, crow);
           continue;
         }
         for (int64_t b = 0; b < nb; ++b) {
-          const double sb = s[b];
-          for (int64_t c = c0 + b * l.bc, ce = std::min(c + l.bc, c1); c < ce; ++c)
-            codes::set_code(crow, c, bits, encode<D>(k, src.value(row[c]) / sb));
+          const int64_t cb = c0 + b * l.bc;
+          encode_run<D>(k, src, row, cb, std::min(cb + l.bc, c1), &s[size_t(b)], false, crow);
         }
       }
     }
@@ -468,7 +560,6 @@ void quantize_panels(const Source& src, const Codec& k, const Output& out) {
 template <DType D>
 void quantize_tiles(const Source& src, const Codec& k, int64_t block, const Output& rows_out,
                     const Output& cols_out) {
-  const int bits = bits_of(D);
   const bool fixed = src.cal.kind == Calibration::Kind::kFixed;
   std::vector<float> rs(static_cast<size_t>(block)), cs(static_cast<size_t>(block));
   for (int64_t bi = 0; bi * block < src.rows; ++bi) {
@@ -500,12 +591,8 @@ void quantize_tiles(const Source& src, const Codec& k, int64_t block, const Outp
         const float* row = src.x + r * src.ld;
         uint8_t* rcodes = rows_out.codes + r * rows_out.code_stride;
         uint8_t* ccodes = cols_out.codes + r * cols_out.code_stride;
-        const double rsr = rs[r - r0];
-        for (int64_t c = c0; c < c1; ++c) {
-          const double v = src.value(row[c]);
-          codes::set_code(rcodes, c, bits, encode<D>(k, v / rsr));
-          codes::set_code(ccodes, c, bits, encode<D>(k, v / double(cs[c - c0])));
-        }
+        encode_run<D>(k, src, row, c0, c1, &rs[size_t(r - r0)], false, rcodes);
+        encode_run<D>(k, src, row, c0, c1, cs.data(), true, ccodes);
       }
     }
   }
