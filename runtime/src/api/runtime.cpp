@@ -893,20 +893,27 @@ void Runtime::gmm_vjp(const TensorView& dout, const TensorView& lhs, const Tenso
       uint8_t* cc = at_least(scratch.col_codes, m * n);
       float* rs = at_least(scratch.row_scales, m * nb);
       float* cs = at_least(scratch.col_scales, mb * n);
-      if (!fold) {  // one pass over dout, both halves
-        DualQuantizeOptions d;
-        d.dtype = *q->grad_dtype, d.scheme = {QuantKind::kBlock, gb, 0};
-        d.calibration = q->grad_calibration;
-        quantize_dual(src, m, n, src_ld, d, rc, 0, rs, 0, cc, 0, cs, 0);
-      } else {  // dlhs and drhs read different gradients: the folded one row-wise, dout column-wise
-        QuantizeOptions qo;
-        qo.dtype = *q->grad_dtype, qo.scheme = {QuantKind::kBlock, gb, 0};
-        qo.calibration = q->grad_calibration;
-        qo.axis = QuantAxis::kCols;
-        quantize(row_src, m, n, row_ld, qo, rc, 0, rs, 0);
-        qo.axis = QuantAxis::kRows;
-        quantize(src, m, n, src_ld, qo, cc, 0, cs, 0);
-      }
+      // The pool's threads quantize runs of whole blocks of gb rows: every block's scales and
+      // codes depend on its own rows only, so the split leaves them bit for bit the same.
+      impl_->pool.parallel_for(mb, [&](int64_t b0, int64_t b1) {
+        const int64_t r0 = b0 * gb, rows = std::min(m, b1 * gb) - r0;
+        if (!fold) {  // one pass over dout, both halves
+          DualQuantizeOptions d;
+          d.dtype = *q->grad_dtype, d.scheme = {QuantKind::kBlock, gb, 0};
+          d.calibration = q->grad_calibration;
+          quantize_dual(src + r0 * src_ld, rows, n, src_ld, d, rc + r0 * n, 0, rs + r0 * nb, 0,
+                        cc + r0 * n, 0, cs + b0 * n, 0);
+        } else {  // dlhs and drhs read different gradients: the folded one row-wise, dout
+                  // column-wise
+          QuantizeOptions qo;
+          qo.dtype = *q->grad_dtype, qo.scheme = {QuantKind::kBlock, gb, 0};
+          qo.calibration = q->grad_calibration;
+          qo.axis = QuantAxis::kCols;
+          quantize(row_src + r0 * row_ld, rows, n, row_ld, qo, rc + r0 * n, 0, rs + r0 * nb, 0);
+          qo.axis = QuantAxis::kRows;
+          quantize(src + r0 * src_ld, rows, n, src_ld, qo, cc + r0 * n, 0, cs + b0 * n, 0);
+        }
+      });
       dq_row = TensorView::matrix(rc, *q->grad_dtype, m, n);
       dq_col = TensorView::matrix(cc, *q->grad_dtype, m, n);
       dl.lhs_scales.data = rs;
