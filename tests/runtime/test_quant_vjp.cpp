@@ -368,6 +368,60 @@ TEST_F(QuantVjpTest, ChannelInt8WeightsFoldTheirScalesIntoDout) {
   }
 }
 
+// dout times the weights' channel scales past the f32 range has no code: with a gradient dtype
+// the call is rejected (naming the element and the scale) before anything is written; with an
+// f32 gradient the product is computed as it is.
+TEST_F(QuantVjpTest, FoldedDoutPastTheF32RangeIsRejected) {
+  Problem p(150, 72, 40, {33, 0, 64, 50}, 0, 4, false, 23);
+  const int64_t M = p.m, K = p.k, N = p.n, G = p.g_local;
+  QuantizeOptions wq;
+  wq.dtype = DType::kI8, wq.scheme = {QuantKind::kChannel, 0, 0}, wq.axis = QuantAxis::kRows;
+  std::vector<uint8_t> w_codes(size_t(G * K * N));
+  std::vector<float> w_s(size_t(G * N));
+  for (int64_t j = 0; j < G; ++j)
+    quantize(p.w.data() + j * K * N, K, N, 0, wq, w_codes.data() + j * K * N, 0, w_s.data() + j * N,
+             0);
+  // Row 100 is in group 3 (groups of 33, 0, 64 and 50 rows).
+  w_s[size_t(3 * N + 5)] = 4.0f;
+  std::vector<float> dout = p.dout;
+  dout[size_t(100 * N + 5)] = 3e38f;
+  for (const std::optional<DType> grad :
+       {std::optional<DType>{DType::kF8E5M2}, std::optional<DType>{}}) {
+    std::vector<float> dlhs(size_t(M * K), std::nanf("")), drhs(size_t(G * K * N), std::nanf(""));
+    GmmVjpOptions o;
+    QuantVjp& q = o.quant.emplace();
+    q.rhs_scales = {{QuantKind::kChannel, 0, 0}, w_s.data(), 0};
+    q.grad_dtype = grad;
+    q.grad_block = 32;
+    auto call = [&] {
+      rt_->gmm_vjp(TensorView::matrix(dout.data(), DType::kF32, M, N),
+                   TensorView::matrix(p.x.data(), DType::kF32, M, K),
+                   TensorView::batch(w_codes.data(), DType::kI8, G, K, N), p.sizes,
+                   TensorView::matrix(dlhs.data(), DType::kF32, M, K),
+                   TensorView::batch(drhs.data(), DType::kF32, G, K, N), o);
+    };
+    if (!grad) {
+      call();
+      // dlhs[100, k] takes inf times a nonzero code of w[3][k][5]: inf.
+      int64_t k = 0;
+      while (w_codes[size_t(p.w_index(3, k, 5))] == 0) ++k;
+      EXPECT_TRUE(std::isinf(dlhs[size_t(100 * K + k)])) << "an f32 gradient keeps the product";
+      continue;
+    }
+    try {
+      call();
+      ADD_FAILURE() << "accepted a folded dout past the f32 range";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("dout[100, 5]="), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("quant.rhs_scales[3, 5]=4"), std::string::npos)
+          << e.what();
+      EXPECT_NE(std::string(e.what()).find("overflows f32"), std::string::npos) << e.what();
+    }
+    for (float v : dlhs) ASSERT_TRUE(std::isnan(v)) << "dlhs written";
+    for (float v : drhs) ASSERT_TRUE(std::isnan(v)) << "drhs written";
+  }
+}
+
 // Bad input: an error naming the argument and the rule, both outputs untouched.
 TEST_F(QuantVjpTest, BadInputIsRejectedBeforeAnythingIsWritten) {
   constexpr int64_t B = 32;

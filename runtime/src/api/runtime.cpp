@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <limits>
 #include <mutex>
 #include <set>
@@ -752,6 +753,21 @@ void check_finite_dout(const TensorView& dout) {
                               " is not finite: the runtime quantizes dout (quant.grad_dtype)");
 }
 
+// dout[r, c] * s[j, c] for the rows [begin, end) of local group j, as folded into f: each must be
+// finite to be quantized.
+void check_finite_fold(const float* f, const float* src, int64_t src_ld, const float* sj, int64_t j,
+                       int64_t begin, int64_t end, int64_t n) {
+  for (int64_t r = begin; r < end; ++r)
+    for (int64_t c = 0; c < n; ++c)
+      if (!std::isfinite(f[r * n + c]))
+        throw InvalidArgument("dout[" + std::to_string(r) + ", " + std::to_string(c) +
+                              "]=" + std::to_string(src[r * src_ld + c]) +
+                              " times quant.rhs_scales[" + std::to_string(j) + ", " +
+                              std::to_string(c) + "]=" + std::to_string(sj[c]) +
+                              " overflows f32: the runtime quantizes dout " +
+                              "with the weights' channel scales folded in (quant.grad_dtype)");
+}
+
 // The scratch of a quantized backward, per thread and reused: dout's codes and scales, and dout
 // with the weights' channel scales folded in.
 struct VjpScratch {
@@ -883,6 +899,9 @@ void Runtime::gmm_vjp(const TensorView& dout, const TensorView& lhs, const Tenso
                               for (int64_t r = begin; r < end; ++r)
                                 for (int64_t c = 0; c < n; ++c)
                                   f[r * n + c] = src[r * src_ld + c] * sj[c];
+                              // A product past the f32 range has no code: say which.
+                              if (quant_grad)
+                                check_finite_fold(f, src, src_ld, sj, j, begin, end, n);
                             });
       row_src = f, row_ld = n;
       dq_row.data = f;
@@ -895,25 +914,35 @@ void Runtime::gmm_vjp(const TensorView& dout, const TensorView& lhs, const Tenso
       float* cs = at_least(scratch.col_scales, mb * n);
       // The pool's threads quantize runs of whole blocks of gb rows: every block's scales and
       // codes depend on its own rows only, so the split leaves them bit for bit the same.
+      // Every argument is checked by now; should a quantizer throw anyway, the error reaches the
+      // caller (not a worker thread) before anything is written.
+      std::exception_ptr failed;
+      std::mutex failed_mutex;
       impl_->pool.parallel_for(mb, [&](int64_t b0, int64_t b1) {
-        const int64_t r0 = b0 * gb, rows = std::min(m, b1 * gb) - r0;
-        if (!fold) {  // one pass over dout, both halves
-          DualQuantizeOptions d;
-          d.dtype = *q->grad_dtype, d.scheme = {QuantKind::kBlock, gb, 0};
-          d.calibration = q->grad_calibration;
-          quantize_dual(src + r0 * src_ld, rows, n, src_ld, d, rc + r0 * n, 0, rs + r0 * nb, 0,
-                        cc + r0 * n, 0, cs + b0 * n, 0);
-        } else {  // dlhs and drhs read different gradients: the folded one row-wise, dout
-                  // column-wise
-          QuantizeOptions qo;
-          qo.dtype = *q->grad_dtype, qo.scheme = {QuantKind::kBlock, gb, 0};
-          qo.calibration = q->grad_calibration;
-          qo.axis = QuantAxis::kCols;
-          quantize(row_src + r0 * row_ld, rows, n, row_ld, qo, rc + r0 * n, 0, rs + r0 * nb, 0);
-          qo.axis = QuantAxis::kRows;
-          quantize(src + r0 * src_ld, rows, n, src_ld, qo, cc + r0 * n, 0, cs + b0 * n, 0);
+        try {
+          const int64_t r0 = b0 * gb, rows = std::min(m, b1 * gb) - r0;
+          if (!fold) {  // one pass over dout, both halves
+            DualQuantizeOptions d;
+            d.dtype = *q->grad_dtype, d.scheme = {QuantKind::kBlock, gb, 0};
+            d.calibration = q->grad_calibration;
+            quantize_dual(src + r0 * src_ld, rows, n, src_ld, d, rc + r0 * n, 0, rs + r0 * nb, 0,
+                          cc + r0 * n, 0, cs + b0 * n, 0);
+          } else {
+            // dlhs and drhs read different gradients: the folded one row-wise, dout column-wise.
+            QuantizeOptions qo;
+            qo.dtype = *q->grad_dtype, qo.scheme = {QuantKind::kBlock, gb, 0};
+            qo.calibration = q->grad_calibration;
+            qo.axis = QuantAxis::kCols;
+            quantize(row_src + r0 * row_ld, rows, n, row_ld, qo, rc + r0 * n, 0, rs + r0 * nb, 0);
+            qo.axis = QuantAxis::kRows;
+            quantize(src + r0 * src_ld, rows, n, src_ld, qo, cc + r0 * n, 0, cs + b0 * n, 0);
+          }
+        } catch (...) {
+          const std::lock_guard<std::mutex> lock(failed_mutex);
+          if (!failed) failed = std::current_exception();
         }
       });
+      if (failed) std::rethrow_exception(failed);
       dq_row = TensorView::matrix(rc, *q->grad_dtype, m, n);
       dq_col = TensorView::matrix(cc, *q->grad_dtype, m, n);
       dl.lhs_scales.data = rs;
