@@ -753,19 +753,13 @@ void check_finite_dout(const TensorView& dout) {
                               " is not finite: the runtime quantizes dout (quant.grad_dtype)");
 }
 
-// dout[r, c] * s[j, c] for the rows [begin, end) of local group j, as folded into f: each must be
-// finite to be quantized.
-void check_finite_fold(const float* f, const float* src, int64_t src_ld, const float* sj, int64_t j,
-                       int64_t begin, int64_t end, int64_t n) {
-  for (int64_t r = begin; r < end; ++r)
-    for (int64_t c = 0; c < n; ++c)
-      if (!std::isfinite(f[r * n + c]))
-        throw InvalidArgument("dout[" + std::to_string(r) + ", " + std::to_string(c) +
-                              "]=" + std::to_string(src[r * src_ld + c]) +
-                              " times quant.rhs_scales[" + std::to_string(j) + ", " +
-                              std::to_string(c) + "]=" + std::to_string(sj[c]) +
-                              " overflows f32: the runtime quantizes dout " +
-                              "with the weights' channel scales folded in (quant.grad_dtype)");
+// The error for a folded dout[r, c] * s[j, c] past the f32 range (it has no code).
+[[noreturn]] void fold_overflows(float dout, float s, int64_t j, int64_t r, int64_t c) {
+  throw InvalidArgument("dout[" + std::to_string(r) + ", " + std::to_string(c) +
+                        "]=" + std::to_string(dout) + " times quant.rhs_scales[" +
+                        std::to_string(j) + ", " + std::to_string(c) + "]=" + std::to_string(s) +
+                        " overflows f32: the runtime quantizes dout with the weights' channel " +
+                        "scales folded in (quant.grad_dtype)");
 }
 
 // The scratch of a quantized backward, per thread and reused: dout's codes and scales, and dout
@@ -897,11 +891,12 @@ void Runtime::gmm_vjp(const TensorView& dout, const TensorView& lhs, const Tenso
                             [&](int64_t j, int64_t begin, int64_t end) {
                               const float* sj = s.data + j * ld;
                               for (int64_t r = begin; r < end; ++r)
-                                for (int64_t c = 0; c < n; ++c)
-                                  f[r * n + c] = src[r * src_ld + c] * sj[c];
-                              // A product past the f32 range has no code: say which.
-                              if (quant_grad)
-                                check_finite_fold(f, src, src_ld, sj, j, begin, end, n);
+                                for (int64_t c = 0; c < n; ++c) {
+                                  const float v = src[r * src_ld + c] * sj[c];
+                                  if (quant_grad && !std::isfinite(v))
+                                    fold_overflows(src[r * src_ld + c], sj[c], j, r, c);
+                                  f[r * n + c] = v;
+                                }
                             });
       row_src = f, row_ld = n;
       dq_row.data = f;

@@ -474,8 +474,8 @@ GMMGEN_AVX512_TARGET int64_t encode_fp8_run(const Codec& k, const Source& src, c
   int64_t c = 0;
   for (; c + 8 <= n; c += 8) {
     __m512d v = _mm512_cvtps_pd(_mm256_loadu_ps(x + c));
-    if (fixed) {  // std::clamp: lo when v < lo, hi when hi < v, else v itself (a zero keeps its
-                  // sign)
+    // std::clamp: lo when v < lo, hi when hi < v, else v itself (a zero keeps its sign).
+    if (fixed) {
       v = _mm512_mask_blend_pd(_mm512_cmp_pd_mask(v, lo, _CMP_LT_OQ), v, lo);
       v = _mm512_mask_blend_pd(_mm512_cmp_pd_mask(hi, v, _CMP_LT_OQ), v, hi);
     }
