@@ -111,4 +111,19 @@ inline float decode(DType d, uint8_t c) {
   }
 }
 
+// Whether every value of dtype d is a bf16 value (bf16 itself, fp8, i8, i4, t2, and nf4, whose
+// levels are rounded to bf16 above; not f16/f32), so that products with bf16 operands can use the
+// pair dot product exactly.
+inline bool bf16_exact(DType d) {
+  if (d == DType::kBF16) return true;
+  if (!is_quantized(d)) return false;
+  for (int c = 0; c < (1 << dtype_info(d).bits); ++c) {
+    const float v = decode(d, uint8_t(c));
+    uint32_t u;
+    std::memcpy(&u, &v, 4);
+    if (u & 0xffffu) return false;
+  }
+  return true;
+}
+
 }  // namespace gmmgen::codes

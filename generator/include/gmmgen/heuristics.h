@@ -73,6 +73,14 @@ bool tile_path(const KernelSpec& s, const IsaFamily& f);
 // packed into pairs).
 bool bf16_pairs(const KernelSpec& s, const IsaFamily& f);
 
+// How a quantized kernel of family f multiplies its decoded codes. quant_int_dot: integer codes
+// on both sides of a gmm, summed in i32 by the family's integer dot product (k-blocks start on a
+// quad of k). quant_pairs: otherwise, where every operand value is a bf16 value
+// (codes::bf16_exact), codes decode to bf16 and the pair dot product sums them, as bf16 x bf16
+// does: gmm pairs consecutive k (k-blocks start on a pair), tgmm consecutive group rows.
+bool quant_int_dot(const KernelSpec& s, const IsaFamily& f);
+bool quant_pairs(const KernelSpec& s, const IsaFamily& f);
+
 // The best family this machine can run (cpuid), and whether it can run a given one.
 Isa host_isa();
 bool host_supports(Isa isa);

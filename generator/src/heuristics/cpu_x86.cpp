@@ -204,7 +204,10 @@ Tiling heuristic_tiling(const KernelSpec& s, double rows_per_group) {
     // read in place): C tiles of 192 x 192 either way. Zen 5, 2 threads, against the rules above
     // in the same runs: S1 0.92-1.01x -> 0.98-1.05x oneDNN, S2 0.93-0.95x -> 0.96-0.98x, S4
     // 1.51-1.52x -> 1.77-2.21x; out stored [N, K] S2 0.96-1.01x -> 1.09-1.11x.
-    if (bf16_pairs(s, f) && s.n > 32) {
+    // Quantized operands decoded to bf16 pairs (quant_pairs) take the same tiles: Zen 4, 2
+    // threads, f8e4m3 x f8e5m2 block:128 at S1's shape ran 32.4-32.9 ms with 96 x 128, 192 x 192
+    // or tm=128, 34.3 with 128 x 256 and 56.7 with 256 x 256.
+    if ((bf16_pairs(s, f) || quant_pairs(s, f)) && s.n > 32) {
       t.tk = std::clamp<int64_t>(s.k, 1, 192);
       t.tn = std::clamp<int64_t>(s.n, 1, 192);
     }
@@ -297,6 +300,20 @@ bool bf16_pairs(const KernelSpec& s, const IsaFamily& f) {
   return f.bf16_dot && s.lhs == DType::kBF16 && s.rhs == DType::kBF16;
 }
 
+bool quant_int_dot(const KernelSpec& s, const IsaFamily& f) {
+  const int64_t tk = run_tiling(s).tk;
+  return f.int_dot && s.op == Op::kGmm && is_integer(s.lhs) && is_integer(s.rhs) &&
+         (tk % 4 == 0 || tk >= s.k);
+}
+
+bool quant_pairs(const KernelSpec& s, const IsaFamily& f) {
+  if (!f.bf16_dot || !(codes::is_quantized(s.lhs) || codes::is_quantized(s.rhs))) return false;
+  if (!codes::bf16_exact(s.lhs) || !codes::bf16_exact(s.rhs)) return false;
+  if (s.op == Op::kTgmm) return true;
+  const int64_t tk = run_tiling(s).tk;
+  return !quant_int_dot(s, f) && (tk % 2 == 0 || tk >= s.k);
+}
+
 int64_t scratch_bytes(const KernelSpec& s, const IsaFamily& f) {
   const Tiling run = run_tiling(s);
   const int64_t tm = run.tm, tk = run.tk, tn = run.tn;
@@ -307,8 +324,9 @@ int64_t scratch_bytes(const KernelSpec& s, const IsaFamily& f) {
     // or packed into bf16 pairs of rows (tm made even, A's rows in whole runs of 32 columns).
     const bool t = s.transpose_rhs;
     const int64_t rows = t ? tn : tk, cols = packed_cols(t ? tk : tn, f.nr);
-    floats = rows * cols + (bf16_pairs(s, f) ? (tm + 1) / 2 * (packed_cols(rows, 32) + cols)
-                                             : tm * rows + tm * cols);
+    const bool pairs = bf16_pairs(s, f) || quant_pairs(s, f);
+    floats = rows * cols +
+             (pairs ? (tm + 1) / 2 * (packed_cols(rows, 32) + cols) : tm * rows + tm * cols);
   } else {
     // The f32 accumulator [tm][tn'], the packed rhs block [tk'][tn'] (tk' even for bf16 pairs),
     // and mr lhs rows converted to f32 [mr][tk].
@@ -325,6 +343,14 @@ int64_t scratch_bytes(const KernelSpec& s, const IsaFamily& f) {
     // Each array starts on a cache line: up to 15 floats of padding after each of 6, and 16 for
     // an unused i32 partial.
     floats += 2 * acc + 16 + 6 * 15;
+    // tgmm: the scales of the tile's rows and columns in the current block, and codes decoded to
+    // bf16 before pairing [tm'][max(rows', cols)] with quant_pairs (a staged array of 16 without),
+    // each on a cache line.
+    if (s.op == Op::kTgmm) {
+      const int64_t rows = t ? tn : tk, cols = packed_cols(t ? tk : tn, f.nr);
+      floats += rows + cols + 8 + 3 * 15 +
+                (quant_pairs(s, f) ? (tm + 1) / 2 * std::max(packed_cols(rows, 32), cols) : 0);
+    }
     // gmm: one staged panel [tk'][nr], lhs rows of even length, and the rhs scales [tn'] of each
     // scale block closing in a k-block (tk / sb + 2 at most; sb: the finest block along K).
     if (s.op == Op::kGmm) {

@@ -62,21 +62,6 @@ std::string float_literal(float v) {
   return buf;
 }
 
-// Whether every value of dtype d is a bf16 value (bf16 itself, fp8, i8, i4, t2, and nf4, whose
-// levels gmmgen/codes.h rounds to bf16; not f16/f32), so that products with bf16 operands can use
-// the pair dot product exactly.
-bool bf16_exact(DType d) {
-  if (d == DType::kBF16) return true;
-  if (!codes::is_quantized(d)) return false;
-  for (int c = 0; c < (1 << dtype_info(d).bits); ++c) {
-    const float v = codes::decode(d, uint8_t(c));
-    uint32_t u;
-    std::memcpy(&u, &v, 4);
-    if (u & 0xffffu) return false;
-  }
-  return true;
-}
-
 // The context of a quantized dtype's traits (cpp/dtypes/quant.inc): the value of every code,
 // from gmmgen/codes.h, so that kernels decode by table exactly as the host does.
 mu::data quant_context(const DTypeInfo& d, mu::data ctx) {
@@ -107,7 +92,7 @@ mu::data quant_context(const DTypeInfo& d, mu::data ctx) {
   ctx.set("values", values);
   ctx.set("bf16_bits", bf16);
   ctx.set("bf16_count", std::to_string(std::max(codes_count, 32)));
-  ctx.set("bf16_exact", bf16_exact(d.id) ? "true" : "false");
+  ctx.set("bf16_exact", codes::bf16_exact(d.id) ? "true" : "false");
   return ctx;
 }
 
@@ -144,22 +129,15 @@ mu::data family_context(const KernelSpec& s, const IsaFamily& f, size_t index, s
   ctx.set("rows", rows);
   ctx.set("vecs", vecs);
   const bool pairs = bf16_pairs(s, f);
-  // Integer codes on both sides take the family's integer dot product (k-blocks start on a quad
-  // of k); other quantized gmm whose operands are all bf16 values (and whose k-blocks start on a
-  // pair) decodes codes to bf16 and takes the pair dot product.
-  const int64_t tk = run_tiling(s).tk;
-  const bool qint = f.int_dot && s.op == Op::kGmm && is_integer(s.lhs) && is_integer(s.rhs) &&
-                    (tk % 4 == 0 || tk >= s.k);
-  const bool qpairs = f.bf16_dot && s.op == Op::kGmm && quant_kernel(s) && !qint &&
-                      bf16_exact(s.lhs) && bf16_exact(s.rhs) && (tk % 2 == 0 || tk >= s.k);
+  const bool qint = quant_int_dot(s, f), qpairs = quant_pairs(s, f);
   ctx.set("bf16_dot", mu::data(pairs || qpairs));
   ctx.set("pairs", mu::data(pairs));
   ctx.set("tiles", mu::data(tile_path(s, f)));
   // Quantized weights with bf16 activations on tiles: TM, TK and the scale blocks in whole
   // 32-deep tile steps (templates/cpp/quant/gmm_item.inc, run_tile_item).
   const Tiling run = run_tiling(s);
-  const bool tiles_q = f.tiles && qpairs && s.lhs == DType::kBF16 && run.tm % 32 == 0 &&
-                       tk % 32 == 0 &&
+  const bool tiles_q = f.tiles && qpairs && s.op == Op::kGmm && s.lhs == DType::kBF16 &&
+                       run.tm % 32 == 0 && run.tk % 32 == 0 &&
                        (s.rhs_quant.kind != QuantKind::kBlock || s.rhs_quant.block_k % 32 == 0);
   ctx.set("tiles_q", mu::data(tiles_q));
   ctx.set("tiles_any", mu::data(tile_path(s, f) || tiles_q));
