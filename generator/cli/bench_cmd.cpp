@@ -131,6 +131,20 @@ int run_bench(const BenchOptions& o) {
           ++candidates;
           if (o.filter.matches(q)) add_quantized(jobs, q, f, s.work);
         }
+        // The weight gradients of the presets whose backward runs on codes (fp8-block), beside
+        // gmm-gen's f32 tgmm.
+        const bench::Shape t =
+            bench::standard_shape(name, Op::kTgmm, DType::kF32, DType::kF32, DType::kF32);
+        for (const auto& p : presets) {
+          const auto grad = bench::weight_gradient(t.spec, p);
+          if (!grad) continue;
+          KernelSpec q = *grad, f = bench::float_counterpart(q);
+          q.tiling = bench::workload_tiling(q, t.work);
+          f.tiling = bench::workload_tiling(f, t.work);
+          q = with_flags(q), f = with_flags(f);
+          ++candidates;
+          if (o.filter.matches(q)) add_quantized(jobs, q, f, t.work);
+        }
       }
     }
     if (jobs.empty()) o.filter.no_match(candidates);
@@ -226,7 +240,9 @@ Command add_bench(CLI::App& app) {
                       "float kernel (`vs float`): `default` or a comma list of presets "
                       "(bf16-fp8-block, bf16-int8-channel, bf16-int4-block, bf16-nf4-block, "
                       "bf16-t2-channel, f32-int8-channel, fp8-block, int8-channel) and "
-                      "LHS[@SCHEME]/RHS[@SCHEME] pairs (e.g. bf16/i4@block:128)");
+                      "LHS[@SCHEME]/RHS[@SCHEME] pairs (e.g. bf16/i4@block:128); with fp8 "
+                      "activations in blocks (fp8-block) also their weight gradient, tgmm "
+                      "f8e4m3@block:B x f8e5m2@block:B");
   cmd->add_option("--m", o->m, "Rows M for --spec runs [4096]");
   cmd->add_option("--dist", o->dist,
                   "Group sizes for --spec runs: uniform | zipf | tiny | decode | sizes:a,b,... "

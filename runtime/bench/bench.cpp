@@ -313,6 +313,15 @@ const std::vector<QuantPreset>& quant_presets() {
   return presets;
 }
 
+std::optional<KernelSpec> weight_gradient(const KernelSpec& tgmm, const QuantPreset& p) {
+  if (!codes::is_fp8(p.lhs) || p.lhs_quant.kind != QuantKind::kBlock || p.lhs_quant.block_n != 0)
+    return std::nullopt;
+  KernelSpec s = tgmm;
+  s.lhs = p.lhs, s.rhs = DType::kF8E5M2;
+  s.lhs_quant = s.rhs_quant = Quant{QuantKind::kBlock, p.lhs_quant.block_k, 0};
+  return s;
+}
+
 bool is_quantized(const KernelSpec& s) {
   return codes::is_quantized(s.lhs) || codes::is_quantized(s.rhs);
 }

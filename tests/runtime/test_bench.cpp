@@ -10,6 +10,7 @@
 #include <fstream>
 
 #include "gmmgen/bench/bench.h"
+#include "gmmgen/heuristics.h"
 #include "gmmgen/runtime.hpp"
 #include "gmmgen/spec.h"
 #include "jit/toolchain.h"
@@ -278,6 +279,38 @@ TEST(BenchQuant, PresetsAndTheirFloatCounterparts) {
   EXPECT_EQ(set[1].name, "int8-channel");
 }
 
+// The weight gradient of block-FP8 activations: gmm_vjp's drhs tgmm reads them in blocks of B
+// rows and dout as f8e5m2 in blocks of B; presets whose backward takes float activations have none.
+TEST(BenchQuant, WeightGradientOfBlockFp8) {
+  KernelSpec tgmm;
+  tgmm.op = Op::kTgmm, tgmm.lhs = tgmm.rhs = tgmm.out = DType::kF32;
+  tgmm.k = 1024, tgmm.n = 1408, tgmm.g = tgmm.g_local = 8;
+  tgmm.tiling = default_tiling(tgmm);
+  for (const auto& p : bench::parse_quant_set("default,f8e5m2@block:64/f8e4m3@block:64x64")) {
+    SCOPED_TRACE(p.name);
+    const auto grad = bench::weight_gradient(tgmm, p);
+    if (p.name != "fp8-block" && p.name != "f8e5m2@block:64/f8e4m3@block:64x64") {
+      EXPECT_FALSE(grad.has_value());
+      continue;
+    }
+    ASSERT_TRUE(grad.has_value());
+    const int64_t b = p.name == "fp8-block" ? 128 : 64;
+    EXPECT_EQ(grad->op, Op::kTgmm);
+    EXPECT_EQ(grad->lhs, p.lhs);
+    EXPECT_EQ(grad->rhs, DType::kF8E5M2);
+    EXPECT_EQ(grad->out, DType::kF32);
+    EXPECT_EQ(grad->lhs_quant, (Quant{QuantKind::kBlock, b, 0}));
+    EXPECT_EQ(grad->rhs_quant, (Quant{QuantKind::kBlock, b, 0}));
+    EXPECT_EQ(grad->k, tgmm.k);
+    EXPECT_EQ(grad->n, tgmm.n);
+    EXPECT_NO_THROW(validate(*grad));
+    const KernelSpec f = bench::float_counterpart(*grad);
+    EXPECT_EQ(f.lhs, DType::kF32);
+    EXPECT_EQ(f.rhs, DType::kF32);
+    EXPECT_EQ(f.op, Op::kTgmm);
+  }
+}
+
 void expect_quant_error(const std::string& text, std::initializer_list<const char*> words) {
   SCOPED_TRACE(text);
   try {
@@ -353,6 +386,32 @@ TEST(BenchShapes, TakeIsaAndTilingRejectOtherSpecOptions) {
     EXPECT_NE(kernel.find("x32_"), std::string::npos) << kernel;
     EXPECT_NE(kernel.find("_generic_"), std::string::npos) << kernel;
   }
+}
+
+// --shapes --quant fp8-block also times the weight gradient (tgmm on fp8 codes) beside gmm-gen's
+// f32 tgmm, and checks it against the float64 reference like every row.
+TEST(BenchShapes, QuantFp8BlockAddsTheWeightGradient) {
+  const std::string json = (std::filesystem::temp_directory_path() /
+                            ("gmmgen_bench_wgrad_" + std::to_string(::getpid()) + ".json"))
+                               .string();
+  const ProcessResult r =
+      run_process({GMMGEN_CLI, "bench", "--shapes", "S1", "--filter", "tgmm*", "--quant",
+                   "fp8-block", "--reps", "1", "--baseline", "none", "--json", json});
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::ifstream in(json);
+  const auto j = nlohmann::json::parse(in);
+  std::filesystem::remove(json);
+  ASSERT_EQ(j["rows"].size(), 2u) << r.output;  // f32 tgmm, then the fp8 one
+  EXPECT_EQ(j["rows"][0]["op"], "tgmm");
+  EXPECT_EQ(j["rows"][0]["lhs"], "f32");
+  const auto& q = j["rows"][1];
+  EXPECT_EQ(q["op"], "tgmm");
+  EXPECT_EQ(q["lhs"], "f8e4m3");
+  EXPECT_EQ(q["rhs"], "f8e5m2");
+  EXPECT_EQ(q["lhs_quant"], "block:128");
+  EXPECT_EQ(q["rhs_quant"], "block:128");
+  EXPECT_TRUE(q["ok"].get<bool>()) << q.dump();
+  EXPECT_GT(q["vs_float"].get<double>(), 0.0);
 }
 
 // A quantized --spec row runs after gmm-gen's kernel on its float counterpart (bf16 x bf16 here)

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,13 @@ std::vector<QuantPreset> parse_quant_set(const std::string& text);
 
 // A spec with the preset's dtypes and schemes (and the same tiling).
 KernelSpec with_quant(const KernelSpec& spec, const QuantPreset& p);
+
+// The weight gradient of a preset's forward, where it runs on codes: with fp8 activations in
+// 1-D blocks of B (fp8-block), gmm_vjp's drhs = tgmm(lhs, dout) reads the activations in blocks of
+// B rows along M (their column-wise copy from quantize_dual) and dout quantized to its default
+// gradient dtype, f8e5m2 in blocks of B (DESIGN.md §7): `tgmm` (a tgmm spec) with those dtypes
+// and schemes. nullopt for every other preset (their weight gradients take float activations).
+std::optional<KernelSpec> weight_gradient(const KernelSpec& tgmm, const QuantPreset& p);
 
 // Whether either operand of the spec holds codes (i8, i4, nf4, t2, fp8).
 bool is_quantized(const KernelSpec& spec);
