@@ -118,33 +118,26 @@ int run_bench(const BenchOptions& o) {
           if (o.filter.matches(spec)) jobs.push_back({spec, s.work, -1});
         }
     } else {
+      // A quantized row beside its float counterpart, each tiled as the runtime tiles its
+      // problem (the float kernel's tiling may differ), then the flags.
+      const auto add_row = [&](KernelSpec q, const bench::Workload& work) {
+        KernelSpec f = bench::float_counterpart(q);
+        q.tiling = bench::workload_tiling(q, work);
+        f.tiling = bench::workload_tiling(f, work);
+        q = with_flags(q), f = with_flags(f);
+        ++candidates;
+        if (o.filter.matches(q)) add_quantized(jobs, q, f, work);
+      };
       for (const auto& name : names) {
         const bench::Shape s =
             bench::standard_shape(name, Op::kGmm, DType::kF32, DType::kF32, DType::kF32);
-        for (const auto& p : presets) {
-          // Each tiled as the runtime tiles its problem (the float kernel's tiling may differ),
-          // then the flags.
-          KernelSpec q = bench::with_quant(s.spec, p), f = bench::float_counterpart(q);
-          q.tiling = bench::workload_tiling(q, s.work);
-          f.tiling = bench::workload_tiling(f, s.work);
-          q = with_flags(q), f = with_flags(f);
-          ++candidates;
-          if (o.filter.matches(q)) add_quantized(jobs, q, f, s.work);
-        }
+        for (const auto& p : presets) add_row(bench::with_quant(s.spec, p), s.work);
         // The weight gradients of the presets whose backward runs on codes (fp8-block), beside
         // gmm-gen's f32 tgmm.
         const bench::Shape t =
             bench::standard_shape(name, Op::kTgmm, DType::kF32, DType::kF32, DType::kF32);
-        for (const auto& p : presets) {
-          const auto grad = bench::weight_gradient(t.spec, p);
-          if (!grad) continue;
-          KernelSpec q = *grad, f = bench::float_counterpart(q);
-          q.tiling = bench::workload_tiling(q, t.work);
-          f.tiling = bench::workload_tiling(f, t.work);
-          q = with_flags(q), f = with_flags(f);
-          ++candidates;
-          if (o.filter.matches(q)) add_quantized(jobs, q, f, t.work);
-        }
+        for (const auto& p : presets)
+          if (const auto grad = bench::weight_gradient(t.spec, p)) add_row(*grad, t.work);
       }
     }
     if (jobs.empty()) o.filter.no_match(candidates);
