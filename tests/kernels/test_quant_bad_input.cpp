@@ -3,11 +3,14 @@
 // looked at (a NaN there neither fails the call nor leaks into other groups).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <functional>
 #include <limits>
 #include <string>
+#include <tuple>
+#include <vector>
 
 #include "gmmgen/codes.h"
 #include "kernels_under_test.h"
@@ -141,6 +144,92 @@ TEST(QuantBadInput, ScalesThatAreNotReadNeitherFailNorLeak) {
   std::string err;
   ASSERT_EQ(GMMGEN_OK, f.run(&err)) << err;
   f.expect_all_finite();
+}
+
+// The scales a gmm call reads (rows of its local groups, groups that have rows) as [rows][row]
+// with `row` scales per stored row, independently of the kernel's own indexing.
+struct ReadScales {
+  int64_t rows = 0, row = 0;
+};
+int64_t blocks(int64_t n, int64_t b) {
+  return (n + b - 1) / b;
+}
+ReadScales lhs_read(const KernelSpec& s, int64_t active_rows) {
+  switch (s.lhs_quant.kind) {
+    case QuantKind::kTensor:
+      return {1, 1};
+    case QuantKind::kChannel:
+      return {1, active_rows};
+    case QuantKind::kBlock:
+      return {active_rows, blocks(s.k, s.lhs_quant.block_k)};
+    default:
+      return {};
+  }
+}
+// Per local group.
+ReadScales rhs_read(const KernelSpec& s) {
+  const int64_t kb = s.rhs_quant.kind == QuantKind::kBlock ? blocks(s.k, s.rhs_quant.block_k) : 1;
+  const int64_t nb = s.rhs_quant.block_n ? blocks(s.n, s.rhs_quant.block_n) : s.n;
+  switch (s.rhs_quant.kind) {
+    case QuantKind::kTensor:
+      return {1, 1};
+    case QuantKind::kChannel:
+      return {1, s.n};
+    case QuantKind::kBlock:
+      return s.transpose_rhs ? ReadScales{nb, kb} : ReadScales{kb, nb};
+    default:
+      return {};
+  }
+}
+
+// Every scale a call reads is checked wherever it sits in its row (the check scans whole rows
+// at a time and must still name the first bad one), and the padding of rows `ld` apart is not
+// read: each gmm kernel with block scales (on either operand) and an f32 output.
+TEST(QuantBadInput, EveryScaleThatIsReadIsCheckedAndNoOtherIs) {
+  int kernels = 0;
+  for (const auto& k : all_kernels()) {
+    const KernelSpec& s = k.spec;
+    // (The fixture's output is f32, plain.)
+    if (s.op != Op::kGmm || !host_supports(s.isa) || s.out != DType::kF32 ||
+        s.out_mode != OutMode::kPlain ||
+        (s.lhs_quant.kind != QuantKind::kBlock && s.rhs_quant.kind != QuantKind::kBlock))
+      continue;
+    ++kernels;
+    SCOPED_TRACE(k.name);
+    const int64_t m = 24, active = s.g_local > 1 ? m : m / 2;  // groups 0 and 1 hold the rows
+    const ReadScales lr = lhs_read(s, active), rr = rhs_read(s);
+    const int64_t pad = 3, lld = lr.row + pad, rld = rr.row + pad;
+    QuantFixture f(k, m);
+    // Every scale NaN, then the ones that are read 0.5: a call that runs read only those.
+    std::fill(f.lhs_scale.begin(), f.lhs_scale.end(), kNaN);
+    std::fill(f.rhs_scale.begin(), f.rhs_scale.end(), kNaN);
+    std::vector<int64_t> lhs_at, rhs_at;
+    if (s.lhs_quant.kind == QuantKind::kBlock) f.a.lhs_scale_ld = lld;
+    if (s.rhs_quant.kind == QuantKind::kBlock) f.a.rhs_scale_ld = rld;
+    for (int64_t r = 0; r < lr.rows; ++r)
+      for (int64_t c = 0; c < lr.row; ++c)
+        lhs_at.push_back(s.lhs_quant.kind == QuantKind::kBlock ? r * lld + c : c);
+    for (int64_t j = 0; j < std::min<int64_t>(2, s.g_local); ++j)
+      for (int64_t r = 0; r < rr.rows; ++r)
+        for (int64_t c = 0; c < rr.row; ++c)
+          rhs_at.push_back(s.rhs_quant.kind == QuantKind::kBlock ? (j * rr.rows + r) * rld + c
+                                                                 : j * rr.row + c);
+    for (int64_t i : lhs_at) f.lhs_scale[size_t(i)] = 0.5f;
+    for (int64_t i : rhs_at) f.rhs_scale[size_t(i)] = 0.5f;
+    std::string err;
+    ASSERT_EQ(GMMGEN_OK, f.run(&err)) << err;
+    f.expect_all_finite();
+    std::fill(f.out.begin(), f.out.end(), kNaN);
+    for (auto [name, scales, at] : {std::tuple{"lhs_scale[", &f.lhs_scale, &lhs_at},
+                                    std::tuple{"rhs_scale[", &f.rhs_scale, &rhs_at}}) {
+      for (int64_t i : *at) {
+        (*scales)[size_t(i)] = i % 2 ? -0.0f : std::numeric_limits<float>::infinity();
+        f.expect_rejected(name + std::to_string(i) + "]=");
+        (*scales)[size_t(i)] = 0.5f;
+      }
+    }
+  }
+  EXPECT_GE(kernels, 8) << "the quantized matrix's gmm kernels with block scales";
 }
 
 TEST(QuantBadInput, ScalesOnAnUnscaledOperandAreRejected) {
