@@ -6,20 +6,20 @@
 #define GMMGEN_BUNDLE_default_kernels_H_
 
 #include "gmmgen/kernel_abi.h"
-#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_7f4ad34f.h"
-#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_fa04de6d.h"
-#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_6c3c9c41.h"
-#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_a4f94cd3.h"
-#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_59ab28dc.h"
-#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_22147fea.h"
+#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_c72f1f57.h"
+#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_2966c3ae.h"
+#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_a80ed5d5.h"
+#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_4c7cea22.h"
+#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_9d5437d4.h"
+#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_ba224a31.h"
 #include "tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_15b25e46.h"
 #include "tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_042562b8.h"
-#include "gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_fefa6297.h"
+#include "gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_9e30a2fb.h"
 #include "tgmm_f8e4m3xf8e5m2_f32_k512_n768_g8_t256x96x128_qlblock128_qrblock128_e0f282bb.h"
-#include "gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_d8b785dc.h"
-#include "gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_0c5eb16a.h"
-#include "gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_d9b2cfdf.h"
-#include "gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_954601d4.h"
+#include "gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_2d9f5b24.h"
+#include "gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_c79bc0de.h"
+#include "gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_e6af40e8.h"
+#include "gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_8a397171.h"
 
 #ifdef __cplusplus
 extern "C" {
