@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "gmmgen/codes.h"
+#include "gmmgen/quantize.hpp"
 #include "kernels_under_test.h"
 
 namespace gmmgen::testing {
@@ -146,42 +147,6 @@ TEST(QuantBadInput, ScalesThatAreNotReadNeitherFailNorLeak) {
   f.expect_all_finite();
 }
 
-// The scales a gmm call reads (rows of its local groups, groups that have rows) as [rows][row]
-// with `row` scales per stored row, independently of the kernel's own indexing.
-struct ReadScales {
-  int64_t rows = 0, row = 0;
-};
-int64_t blocks(int64_t n, int64_t b) {
-  return (n + b - 1) / b;
-}
-ReadScales lhs_read(const KernelSpec& s, int64_t active_rows) {
-  switch (s.lhs_quant.kind) {
-    case QuantKind::kTensor:
-      return {1, 1};
-    case QuantKind::kChannel:
-      return {1, active_rows};
-    case QuantKind::kBlock:
-      return {active_rows, blocks(s.k, s.lhs_quant.block_k)};
-    default:
-      return {};
-  }
-}
-// Per local group.
-ReadScales rhs_read(const KernelSpec& s) {
-  const int64_t kb = s.rhs_quant.kind == QuantKind::kBlock ? blocks(s.k, s.rhs_quant.block_k) : 1;
-  const int64_t nb = s.rhs_quant.block_n ? blocks(s.n, s.rhs_quant.block_n) : s.n;
-  switch (s.rhs_quant.kind) {
-    case QuantKind::kTensor:
-      return {1, 1};
-    case QuantKind::kChannel:
-      return {1, s.n};
-    case QuantKind::kBlock:
-      return s.transpose_rhs ? ReadScales{nb, kb} : ReadScales{kb, nb};
-    default:
-      return {};
-  }
-}
-
 // Every scale a call reads is checked wherever it sits in its row (the check scans whole rows
 // at a time and must still name the first bad one), and the padding of rows `ld` apart is not
 // read: each gmm kernel with block scales (on either operand) and an f32 output.
@@ -197,23 +162,29 @@ TEST(QuantBadInput, EveryScaleThatIsReadIsCheckedAndNoOtherIs) {
     ++kernels;
     SCOPED_TRACE(k.name);
     const int64_t m = 24, active = s.g_local > 1 ? m : m / 2;  // groups 0 and 1 hold the rows
-    const ReadScales lr = lhs_read(s, active), rr = rhs_read(s);
-    const int64_t pad = 3, lld = lr.row + pad, rld = rr.row + pad;
+    // The scales read, laid out as the quantizers store them (gmmgen/quantize.hpp): lhs [active,
+    // K] along its columns; per local group with rows, rhs [K, N] along its rows or [N, K] along
+    // its columns (one tensor scale serves every group). Block rows are `pad` scales apart.
+    const ScaleShape lr = scale_shape(s.lhs_quant, QuantAxis::kCols, active, s.k);
+    const ScaleShape rr = s.transpose_rhs ? scale_shape(s.rhs_quant, QuantAxis::kCols, s.n, s.k)
+                                          : scale_shape(s.rhs_quant, QuantAxis::kRows, s.k, s.n);
+    const int64_t rhs_groups =
+        s.rhs_quant.kind == QuantKind::kTensor ? 1 : std::min<int64_t>(2, s.g_local);
+    const int64_t pad = 3;
+    const int64_t lld = lr.cols + (s.lhs_quant.kind == QuantKind::kBlock ? pad : 0);
+    const int64_t rld = rr.cols + (s.rhs_quant.kind == QuantKind::kBlock ? pad : 0);
     QuantFixture f(k, m);
     // Every scale NaN, then the ones that are read 0.5: a call that runs read only those.
     std::fill(f.lhs_scale.begin(), f.lhs_scale.end(), kNaN);
     std::fill(f.rhs_scale.begin(), f.rhs_scale.end(), kNaN);
-    std::vector<int64_t> lhs_at, rhs_at;
     if (s.lhs_quant.kind == QuantKind::kBlock) f.a.lhs_scale_ld = lld;
     if (s.rhs_quant.kind == QuantKind::kBlock) f.a.rhs_scale_ld = rld;
+    std::vector<int64_t> lhs_at, rhs_at;
     for (int64_t r = 0; r < lr.rows; ++r)
-      for (int64_t c = 0; c < lr.row; ++c)
-        lhs_at.push_back(s.lhs_quant.kind == QuantKind::kBlock ? r * lld + c : c);
-    for (int64_t j = 0; j < std::min<int64_t>(2, s.g_local); ++j)
+      for (int64_t c = 0; c < lr.cols; ++c) lhs_at.push_back(r * lld + c);
+    for (int64_t j = 0; j < rhs_groups; ++j)
       for (int64_t r = 0; r < rr.rows; ++r)
-        for (int64_t c = 0; c < rr.row; ++c)
-          rhs_at.push_back(s.rhs_quant.kind == QuantKind::kBlock ? (j * rr.rows + r) * rld + c
-                                                                 : j * rr.row + c);
+        for (int64_t c = 0; c < rr.cols; ++c) rhs_at.push_back((j * rr.rows + r) * rld + c);
     for (int64_t i : lhs_at) f.lhs_scale[size_t(i)] = 0.5f;
     for (int64_t i : rhs_at) f.rhs_scale[size_t(i)] = 0.5f;
     std::string err;
