@@ -6,20 +6,20 @@
 #define GMMGEN_BUNDLE_default_kernels_H_
 
 #include "gmmgen/kernel_abi.h"
-#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_c2a55bc0.h"
-#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_fd16850d.h"
-#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_09a09a5d.h"
-#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_8929a960.h"
-#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_62b34ae7.h"
-#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_803ee9e0.h"
+#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_72f7fdf7.h"
+#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_afb2d483.h"
+#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_747d55bf.h"
+#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_5ae83fda.h"
+#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_28710723.h"
+#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_e03d01af.h"
 #include "tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_932de229.h"
 #include "tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_a10c3a0c.h"
-#include "gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_57933a4f.h"
+#include "gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_f8b22370.h"
 #include "tgmm_f8e4m3xf8e5m2_f32_k512_n768_g8_t256x96x128_qlblock128_qrblock128_cb0f5d5f.h"
-#include "gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_e49218ee.h"
-#include "gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_ff632f40.h"
-#include "gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_f63c726f.h"
-#include "gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_eea551af.h"
+#include "gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_c436afb6.h"
+#include "gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_caf656eb.h"
+#include "gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_1ec01585.h"
+#include "gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_dda1cf84.h"
 
 #ifdef __cplusplus
 extern "C" {

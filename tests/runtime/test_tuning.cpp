@@ -140,7 +140,8 @@ TEST(TuningTable, BucketsAndRowsPerGroup) {
 }
 
 // The untuned tiling follows the rows per group of a call: gmm's n-blocks (and on avx2 its
-// k-blocks) grow when each weight byte serves fewer than 64 rows (clamped to K and N), tgmm's
+// k-blocks) grow when each weight byte serves fewer than 64 rows (clamped to K and N), float
+// operands of larger groups take k-blocks of up to 1024 on the vector families, tgmm's
 // k-blocks deepen for a narrow output, and every choice is a valid spec and fits the kernels'
 // scratch limit.
 TEST(Heuristic, FollowsRowsPerGroupAndStaysValid) {
@@ -153,7 +154,7 @@ TEST(Heuristic, FollowsRowsPerGroupAndStaysValid) {
   KernelSpec s3_avx2 = s3;
   s3_avx2.isa = Isa::kAvx2;
   EXPECT_EQ((Tiling{512, 256, 256}), heuristic_tiling(s3_avx2, 16));
-  EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s3_avx2, 100));
+  EXPECT_EQ((Tiling{512, 1024, 64}), heuristic_tiling(s3_avx2, 100));
   // On amx, f32 [K, N] weights of small groups take whole rows (up to 2048 columns, while the
   // groups' n-tiles number at least 16) in shallow k-blocks; [N, K] weights, quantized weights
   // and bf16 keep the choice of the other families.
@@ -182,9 +183,17 @@ TEST(Heuristic, FollowsRowsPerGroupAndStaysValid) {
   EXPECT_EQ(heuristic_tiling(s3, 16), heuristic_tiling(s3_native, 16));
   EXPECT_EQ(heuristic_tiling(s3, 64), heuristic_tiling(s3_native, 64));
   s3.isa = s1.isa = Isa::kAvx512Bf16;
-  EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s3, 64));
-  EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s1, 512));
-  EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s1, 0));  // unknown: the large-group choice
+  // Float operands of larger groups on the vector families: k-blocks of up to 1024 (all of K at
+  // S1); quantized weights and the generic family keep the default.
+  EXPECT_EQ((Tiling{512, 1024, 64}), heuristic_tiling(s3, 64));
+  EXPECT_EQ((Tiling{512, 1024, 64}), heuristic_tiling(s1, 512));
+  EXPECT_EQ((Tiling{512, 1024, 64}), heuristic_tiling(s1, 0));  // unknown: the large-group choice
+  KernelSpec s1_i8 = s1;
+  s1_i8.rhs = DType::kI8, s1_i8.rhs_quant.kind = QuantKind::kChannel;
+  EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s1_i8, 512));
+  KernelSpec s1_generic = s1;
+  s1_generic.isa = Isa::kGeneric;
+  EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s1_generic, 512));
   // On amx, f32 lhs of larger groups is read in whole rows (tk up to 1024) by 128 columns.
   s3.isa = s1.isa = Isa::kAmx;
   EXPECT_EQ((Tiling{512, 1024, 128}), heuristic_tiling(s3, 64));
@@ -201,14 +210,14 @@ TEST(Heuristic, FollowsRowsPerGroupAndStaysValid) {
   s1.k = 1024, s1.transpose_rhs = true;  // [N, K] weights, packed panel by panel
   EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s1, 512));
   s1.isa = Isa::kAvx512Bf16, s1.transpose_rhs = false;  // no tiles: one register tile wide
-  EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s1, 512));
+  EXPECT_EQ((Tiling{512, 1024, 64}), heuristic_tiling(s1, 512));
   // bf16 x bf16 [K, N] weights in vdpbf16ps pairs, small groups: one register tile of columns;
   // avx512 (no pair dot product), [N, K] weights and quantized weights keep 256.
   KernelSpec s3_bf16 = problem(4096, 512, 128);
   s3_bf16.lhs = s3_bf16.rhs = DType::kBF16;
   s3_bf16.isa = Isa::kAvx512Bf16;
   EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s3_bf16, 16));
-  EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s3_bf16, 100));
+  EXPECT_EQ((Tiling{512, 1024, 64}), heuristic_tiling(s3_bf16, 100));
   s3_bf16.isa = Isa::kAvx512;
   EXPECT_EQ((Tiling{512, 128, 256}), heuristic_tiling(s3_bf16, 16));
   s3_bf16.isa = Isa::kAvx512Bf16, s3_bf16.transpose_rhs = true;
@@ -223,7 +232,7 @@ TEST(Heuristic, FollowsRowsPerGroupAndStaysValid) {
   for (Isa isa : {Isa::kAvx512Bf16, Isa::kAvx512}) {
     s3_nk.isa = isa;
     EXPECT_EQ((Tiling{512, 512, 128}), heuristic_tiling(s3_nk, 16));
-    EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s3_nk, 100));
+    EXPECT_EQ((Tiling{512, 1024, 64}), heuristic_tiling(s3_nk, 100));
   }
   s3_nk.isa = Isa::kAvx2;
   EXPECT_EQ((Tiling{512, 256, 256}), heuristic_tiling(s3_nk, 16));

@@ -273,6 +273,7 @@ class CppTarget final : public Target {
     ctx.set("split_max_elements", std::to_string(kSplitMaxElements));
     ctx.set("slices_per_group", std::to_string(kSlicesPerGroup));
     ctx.set("prefetch_spread_tiles", std::to_string(kPrefetchSpreadTiles));
+    ctx.set("prefetch_last_tiles", std::to_string(kPrefetchLastTiles));
     ctx.set("max_slices", std::to_string(kMaxSlices));
     ctx.set("tile_write_rows", std::to_string(kTileWriteRows));
     ctx.set("intrinsics", mu::data(s.isa == Isa::kNative || isa_family(s.isa).vec > 1));
