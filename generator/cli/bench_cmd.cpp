@@ -217,8 +217,7 @@ int run_bench(const BenchOptions& o) {
         "above used; the JSON uses %.1f)\n",
         again, machine.peak_gflops, again);
     machine.peak_gflops = again;
-    for (bench::Row& r : done)
-      r.peak_gflops = again, r.peak_fraction = r.ok && again > 0 ? r.gflops / again : 0;
+    for (bench::Row& r : done) r.peak_gflops = again, r.peak_fraction = r.gflops / again;
   }
   for (const bench::Row& r : done) rows.push_back(r.to_json());
   if (!o.json.empty()) {

@@ -86,13 +86,12 @@ Isa host_isa();
 bool host_supports(Isa isa);
 
 // gmm items whose rows fill at most this many register tiles (small groups: the weights stream
-// from memory) spread the prefetch of the next k-block of weights over all their tiles; larger
-// items let the first tile prefetch it (measured on Zen 4, S1-S4: 4 beats 1 and 16 on S3/S4 by
-// 5-20% and leaves S1/S2 unchanged).
+// from memory) spread the prefetch of the weights their panels need next over all their tiles
+// (measured on Zen 4, S1-S4: 4 beats 1 and 16 on S3/S4 by 5-20% and leaves S1/S2 unchanged);
+// larger items leave it to their last kPrefetchLastTiles tiles of each k-block
+// (templates/cpp/gmm.cpp, panel_prefetch; Zen 4, S1 at tk=1024: 2, 4 and 8 were within 1% of
+// each other, 16 and 32 0.5% slower, the first tile alone 1% slower).
 inline constexpr int64_t kPrefetchSpreadTiles = 4;
-// In larger gmm items the last this many register tiles of a k-block prefetch what the item's
-// panels need next (templates/cpp/gmm.cpp, panel_prefetch; Zen 4, S1 at tk=1024: 2, 4 and 8
-// were within 1% of each other, 16 and 32 0.5% slower).
 inline constexpr int64_t kPrefetchLastTiles = 8;
 
 // tgmm load balance: a group of at least 2 * kSplitChunks * tm rows whose output has fewer than
