@@ -1,13 +1,13 @@
-// Where compiled kernels look up their per-thread scratch. A kernel's scratch is a thread_local of
-// its shared object, whose address comes from a call of __tls_get_addr; Clang 14 assumes that
-// call leaves the AVX-512 registers xmm16-31 intact and glibc 2.36 may clear them in it (the first
-// call in a thread allocates the block), so a clang++-built kernel that kept values there across
-// an inline lookup crashed. Kernels therefore call __tls_get_addr only from thread_scratch (see
-// templates/cpp/common/scratch_canary.inc.mustache), a function that is not inlined and whose
-// result Clang cannot fold back into its callers. This test compiles kernels of every path that
-// has a scratch (float, bf16-pair and quantized gmm and tgmm; the amx tile items) with g++ and
-// clang++ and reads the disassembly: every function that calls __tls_get_addr must be a
-// thread_scratch.
+// Where compiled kernels look up their per-thread scratch. A kernel's scratch is reached through
+// a thread_local of its shared object, whose address comes from a call of __tls_get_addr; Clang 14
+// assumes that call leaves the AVX-512 registers xmm16-31 intact and glibc 2.36 may clear them in
+// it (the first call in a thread allocates the block), so a clang++-built kernel that kept values
+// there across an inline lookup crashed. Kernels therefore call __tls_get_addr only from
+// thread_scratch (see templates/cpp/common/scratch_canary.inc.mustache), a function that is not
+// inlined and whose result Clang cannot fold back into its callers. This test compiles kernels of
+// every path that has a scratch (float, bf16-pair and quantized gmm and tgmm; the amx tile items)
+// with g++ and clang++ and reads the disassembly: every function that calls __tls_get_addr must be
+// a thread_scratch.
 #include <gtest/gtest.h>
 
 #include <cstdlib>
@@ -21,7 +21,7 @@
 #include "gmmgen/emit.h"
 #include "gmmgen/spec.h"
 #include "jit/toolchain.h"
-#include "private_runtime.h"
+#include "runtime_fixtures.h"
 
 namespace gmmgen {
 namespace {
