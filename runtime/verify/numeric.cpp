@@ -1,7 +1,10 @@
 #include "gmmgen/verify/numeric.h"
 
+#include <algorithm>
+#include <array>
+#include <bit>
 #include <cmath>
-#include <cstring>
+#include <cstdint>
 #include <limits>
 #include <stdexcept>
 #include <string>
@@ -16,11 +19,31 @@ struct Format {
   double max;     // largest finite value
 };
 
-Format format_of(DType d) {
-  const DTypeInfo& i = dtype_info(d);
-  if (i.kind != DTypeKind::kFloat)
-    throw std::invalid_argument("no host float format for dtype " + std::string(i.name));
-  return {i.precision, i.emin, i.max_finite};
+[[noreturn]] void unsupported(const char* function, DType d) {
+  throw std::invalid_argument(std::string(function) + ": dtype " + std::string(to_string(d)));
+}
+
+[[noreturn]] void no_float_format(DType d) {
+  throw std::invalid_argument("no host float format for dtype " + std::string(dtype_info(d).name));
+}
+
+// The formats, read from the dtype table once: the checker rounds every element it makes, so
+// this path stays free of locals that live in memory (a sanitizer build pays for each).
+const Format& format_of(DType d) {
+  struct Table {
+    std::array<Format, kNumDTypes> format{};
+    std::array<bool, kNumDTypes> is_float{};
+    Table() {
+      for (const DTypeInfo& i : dtype_table()) {
+        format[size_t(i.id)] = {i.precision, i.emin, i.max_finite};
+        is_float[size_t(i.id)] = i.kind == DTypeKind::kFloat;
+      }
+    }
+  };
+  static const Table table;
+  const size_t i = size_t(d);
+  if (i >= size_t(kNumDTypes) || !table.is_float[i]) no_float_format(d);
+  return table.format[i];
 }
 
 }  // namespace
@@ -33,14 +56,22 @@ size_t element_bytes(DType d) {
 
 double round_to(DType d, double x) {
   if (!std::isfinite(x) || x == 0.0) return x;
-  const Format f = format_of(d);
-  // Scale so that the last kept significand bit has weight 1, round (the default rounding mode
-  // is to nearest, ties to even), and scale back. Below emin the spacing stays 2^(emin-p+1).
-  const int e = std::max(std::ilogb(x), f.emin);
-  const double r =
-      std::ldexp(std::nearbyint(std::ldexp(x, f.precision - 1 - e)), e - f.precision + 1);
-  if (std::fabs(r) > f.max) return std::copysign(std::numeric_limits<double>::infinity(), x);
-  return r;
+  const Format& f = format_of(d);
+  const double inf = std::copysign(std::numeric_limits<double>::infinity(), x);
+  if (std::fabs(x) >= 2 * f.max) return inf;
+  // The format's values near x are the multiples of q = 2^s, s = e - p + 1 with e the exponent
+  // of x (2^e <= |x| < 2^(e+1)), or emin below the normal range. M = 1.5 * 2^(52 + s) is a double
+  // whose last significand bit has weight q, so x + M is rounded once, to nearest with ties to
+  // even (the default mode), to a multiple of q, and subtracting M again is exact: the sum is
+  // x rounded to the format. (|x| < 2^(s + p) is far inside M's binade.)
+  const uint64_t bits = std::bit_cast<uint64_t>(x);
+  const int biased = int((bits >> 52) & 0x7ff);
+  const int ex = biased != 0 ? biased - 1023 : std::ilogb(x);
+  const int e = ex > f.emin ? ex : f.emin;  // (std::max would take the two by address)
+  const double m = std::bit_cast<double>((uint64_t(1023 + 52 + e - f.precision + 1) << 52) |
+                                         (uint64_t(1) << 51));
+  const double r = (x + m) - m;
+  return std::fabs(r) > f.max ? inf : r;
 }
 
 double unit_roundoff(DType d) {
@@ -48,20 +79,19 @@ double unit_roundoff(DType d) {
 }
 
 void store_element(DType d, void* base, int64_t i, double x) {
+  if (d == DType::kF32) {  // the conversion rounds to nearest even, as round_to does
+    static_cast<float*>(base)[i] = float(x);
+    return;
+  }
   const double r = round_to(d, x);
   switch (d) {
-    case DType::kF32:
-      static_cast<float*>(base)[i] = float(r);
-      return;
     case DType::kBF16: {
-      const float f = float(r);  // exact: r is a bf16 value
-      uint32_t u;
-      std::memcpy(&u, &f, 4);
+      const uint32_t u = std::bit_cast<uint32_t>(float(r));  // exact: r is a bf16 value
       static_cast<uint16_t*>(base)[i] = std::isnan(r) ? uint16_t(0x7fc0) : uint16_t(u >> 16);
       return;
     }
     case DType::kF16: {
-      uint16_t h;
+      uint16_t h = 0;
       if (std::isnan(r))
         h = 0x7e00;
       else if (std::isinf(r))
@@ -81,7 +111,7 @@ void store_element(DType d, void* base, int64_t i, double x) {
       return;
     }
     default:
-      throw std::invalid_argument("store_element: dtype " + std::string(to_string(d)));
+      unsupported("store_element", d);
   }
 }
 
@@ -90,10 +120,7 @@ double load_element(DType d, const void* base, int64_t i) {
     case DType::kF32:
       return static_cast<const float*>(base)[i];
     case DType::kBF16: {
-      const uint32_t u = uint32_t(static_cast<const uint16_t*>(base)[i]) << 16;
-      float f;
-      std::memcpy(&f, &u, 4);
-      return f;
+      return std::bit_cast<float>(uint32_t(static_cast<const uint16_t*>(base)[i]) << 16);
     }
     case DType::kF16: {
       const uint16_t h = static_cast<const uint16_t*>(base)[i];
@@ -109,7 +136,7 @@ double load_element(DType d, const void* base, int64_t i) {
       return (h & 0x8000) ? -v : v;
     }
     default:
-      throw std::invalid_argument("load_element: dtype " + std::string(to_string(d)));
+      unsupported("load_element", d);
   }
 }
 

@@ -1,5 +1,6 @@
 #include "gmmgen/verify/reference.h"
 
+#include <algorithm>
 #include <cmath>
 
 namespace gmmgen {
@@ -19,25 +20,46 @@ ReferenceResult reference_gmm(const GmmProblem& p) {
     start = end;
   }
 
+  // Each output element is the sum of its products in k order, as written; the loops run over
+  // the contiguous axis innermost, so that each element's sum is built up term by term across
+  // the k loop (the same additions in the same order as a dot product per element).
+  std::vector<double> sum(p.n), abs_sum(p.n);
   for (int64_t row = 0; row < p.m; ++row) {
     const int32_t j = r.row_group[row];
-    for (int64_t col = 0; col < p.n; ++col) {
-      double& out = r.out[row * p.n + col];
-      if (j < 0) {  // not in an active group: zero, or the existing value
-        out = p.out_mode == OutMode::kPlain ? 0.0 : p.existing_out[row * p.n + col];
-        continue;
+    double* out = &r.out[row * p.n];
+    if (j < 0) {  // not in an active group: zero, or the existing value
+      for (int64_t col = 0; col < p.n; ++col)
+        out[col] = p.out_mode == OutMode::kPlain ? 0.0 : p.existing_out[row * p.n + col];
+      continue;
+    }
+    const double* a = &p.lhs[row * p.k];
+    if (p.transpose_rhs) {  // rhs [N, K]: a dot product per element
+      for (int64_t col = 0; col < p.n; ++col) {
+        const double* w = &p.rhs[(j * p.n + col) * p.k];
+        double s = 0.0, abs_s = 0.0;
+        for (int64_t kk = 0; kk < p.k; ++kk) {
+          const double prod = a[kk] * w[kk];
+          s += prod;
+          abs_s += std::fabs(prod);
+        }
+        sum[col] = s, abs_sum[col] = abs_s;
       }
-      double sum = 0.0, abs_sum = 0.0;
+    } else {  // rhs [K, N]: row kk of rhs adds term kk to every element of the row
+      std::fill(sum.begin(), sum.end(), 0.0);
+      std::fill(abs_sum.begin(), abs_sum.end(), 0.0);
       for (int64_t kk = 0; kk < p.k; ++kk) {
-        const double w =
-            p.transpose_rhs ? p.rhs[(j * p.n + col) * p.k + kk] : p.rhs[(j * p.k + kk) * p.n + col];
-        const double prod = p.lhs[row * p.k + kk] * w;
-        sum += prod;
-        abs_sum += std::fabs(prod);
+        const double* w = &p.rhs[(j * p.k + kk) * p.n];
+        for (int64_t col = 0; col < p.n; ++col) {
+          const double prod = a[kk] * w[col];
+          sum[col] += prod;
+          abs_sum[col] += std::fabs(prod);
+        }
       }
-      if (p.out_mode == OutMode::kAccumulate) sum += p.existing_out[row * p.n + col];
-      out = sum;
-      r.abs_dot[row * p.n + col] = abs_sum;
+    }
+    for (int64_t col = 0; col < p.n; ++col) {
+      out[col] = p.out_mode == OutMode::kAccumulate ? sum[col] + p.existing_out[row * p.n + col]
+                                                    : sum[col];
+      r.abs_dot[row * p.n + col] = abs_sum[col];
     }
   }
   return r;
@@ -61,22 +83,26 @@ TgmmReferenceResult reference_tgmm(const TgmmProblem& p) {
     start += p.group_sizes[g];
   }
 
+  // Each output element is the sum of its products in row order: row `row` of the group adds its
+  // term to every element of out[j] (an empty group sums to zero).
   for (int32_t j = 0; j < p.num_local_groups; ++j) {
     const int64_t begin = r.row_begin[j], end = begin + r.rows[j];
-    for (int64_t kk = 0; kk < p.k; ++kk) {
-      for (int64_t col = 0; col < p.n; ++col) {
-        double sum = 0.0, abs_sum = 0.0;  // an empty group sums to zero
-        for (int64_t row = begin; row < end; ++row) {
-          const double prod = p.lhs[row * p.k + kk] * p.rhs[row * p.n + col];
-          sum += prod;
-          abs_sum += std::fabs(prod);
+    double* sum = &r.out[j * per_group];
+    double* abs_sum = &r.abs_dot[j * per_group];
+    for (int64_t row = begin; row < end; ++row)
+      for (int64_t kk = 0; kk < p.k; ++kk) {
+        const double a = p.lhs[row * p.k + kk];
+        const double* b = &p.rhs[row * p.n];
+        double* s = sum + kk * p.n;
+        double* abs_s = abs_sum + kk * p.n;
+        for (int64_t col = 0; col < p.n; ++col) {
+          const double prod = a * b[col];
+          s[col] += prod;
+          abs_s[col] += std::fabs(prod);
         }
-        const int64_t i = j * per_group + kk * p.n + col;
-        if (p.out_mode == OutMode::kAccumulate) sum += p.existing_out[i];
-        r.out[i] = sum;
-        r.abs_dot[i] = abs_sum;
       }
-    }
+    if (p.out_mode == OutMode::kAccumulate)
+      for (int64_t i = 0; i < per_group; ++i) sum[i] += p.existing_out[j * per_group + i];
   }
   return r;
 }

@@ -2,6 +2,7 @@
 // hardware's float conversion.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -29,12 +30,41 @@ TEST(Numeric, RoundToF16RangeAndSubnormals) {
             round_to(DType::kF16, std::ldexp(2.5, -24)) + std::ldexp(1.0, -24));
 }
 
-TEST(Numeric, RoundToF32MatchesTheHardware) {
+TEST(Numeric, RoundToAndStoreF32MatchTheHardware) {
   std::mt19937_64 rng(3);
   std::uniform_real_distribution<double> u(-4.0, 4.0);
   for (int i = 0; i < 100000; ++i) {
     const double x = std::ldexp(u(rng), int(rng() % 200) - 100);
     EXPECT_EQ(double(float(x)), round_to(DType::kF32, x)) << x;
+    float stored = 0;
+    store_element(DType::kF32, &stored, 0, x);
+    EXPECT_EQ(round_to(DType::kF32, x), double(stored)) << x;
+  }
+}
+
+// round_to against scaling, nearbyint and scaling back, on every float format: random values
+// over the whole exponent range (subnormals and overflow included) and exact ties.
+TEST(Numeric, RoundToMatchesScaledNearbyint) {
+  for (DType d : {DType::kF32, DType::kBF16, DType::kF16, DType::kF8E4M3, DType::kF8E5M2}) {
+    const DTypeInfo& info = dtype_info(d);
+    auto reference = [&](double x) {
+      const int e = std::max(std::ilogb(x), info.emin);
+      const double r =
+          std::ldexp(std::nearbyint(std::ldexp(x, info.precision - 1 - e)), e - info.precision + 1);
+      return std::fabs(r) > info.max_finite ? std::copysign(HUGE_VAL, x) : r;
+    };
+    std::mt19937_64 rng(11);
+    std::uniform_real_distribution<double> u(-2.0, 2.0);
+    for (int i = 0; i < 200000; ++i) {
+      double x = std::ldexp(u(rng), int(rng() % 320) - 160);
+      if (i % 4 == 0) {  // a tie: halfway between two neighbours of the format
+        const int e = std::max(std::ilogb(x), info.emin);
+        x = std::ldexp(std::floor(std::ldexp(x, info.precision - 1 - e)) + 0.5,
+                       e - info.precision + 1);
+      }
+      if (x == 0.0) continue;
+      ASSERT_EQ(reference(x), round_to(d, x)) << to_string(d) << " x=" << x;
+    }
   }
 }
 

@@ -1,4 +1,5 @@
-// Plain float64 references of the operations in DESIGN.md §1, written for clarity, not speed.
+// Plain float64 references of the grouped products, written for clarity: each output element
+// sums its products in order (k for gmm, rows for tgmm), with the contiguous axis innermost.
 // Inputs are doubles holding the exact values of the (already rounded) operands.
 #pragma once
 
