@@ -2,6 +2,7 @@
 #pragma once
 
 #include <CLI/CLI.hpp>
+#include <chrono>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -43,6 +44,11 @@ struct KernelFilter {
   // InvalidArgument naming the pattern; for a caller that filtered by itself and kept nothing.
   [[noreturn]] void no_match(size_t candidates) const;
 };
+
+// Wall seconds since t0.
+inline double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
 
 // Whether `name` matches the glob `pattern` (`*`, `?`; no escapes), as a whole.
 bool glob_match(std::string_view pattern, std::string_view name);

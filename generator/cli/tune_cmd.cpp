@@ -32,10 +32,6 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
 std::string fixed(double v, int decimals) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", decimals, v);
@@ -861,7 +857,7 @@ int run_tune(const TuneOptions& o) {
   RuntimeOptions ro;
   ro.num_threads = o.threads, ro.jit = true, ro.log = false;
   Runtime rt(ro);
-  const bench::Machine machine = bench::describe_machine(rt.num_threads());
+  const bench::Machine machine = bench::describe_machine(rt.num_threads(), false);
   const tuning::Device device{machine.cpu, machine.isa, machine.compiler};
   const fs::path table_path =
       o.table.empty() ? default_table_path(rt.cache_dir(), machine.cpu) : fs::path(o.table);

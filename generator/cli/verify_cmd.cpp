@@ -207,10 +207,6 @@ std::vector<CheckCase> cases_of(const KernelSpec& spec, uint64_t seed, bool quic
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) {
-  return std::chrono::duration<double>(Clock::now() - t0).count();
-}
-
 // One C++ kernel's outcome, printed as one line (and a failure's message under it).
 struct Outcome {
   std::string name;

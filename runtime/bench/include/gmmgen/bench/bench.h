@@ -99,9 +99,11 @@ struct Machine {
   nlohmann::ordered_json to_json() const;
 };
 
-// Measures the f32 FMA peak with a register-only loop of the host's best family.
+// Measures the f32 FMA peak with a register-only loop of the host's best family (about a second).
 double measure_peak_gflops(int threads);
-Machine describe_machine(int threads);
+// The host: CPU model and flags, ISA family, compiler, threads; peak_gflops measured only when
+// asked (tune names the machine in its table; it needs no peak).
+Machine describe_machine(int threads, bool measure_peak = true);
 
 struct Options {
   int threads = 2;
