@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <numeric>
 #include <ostream>
 #include <random>
@@ -132,11 +133,13 @@ TEST_P(MoeTest, ForwardAndGradientsMatchNaiveDense) {
   for (auto& v : x) v = n01(rng);
   for (auto& v : dy) v = n01(rng);
 
-  // One cache for every test of this program, kept in the build tree: the modes share most
-  // kernels (the router's, the f32 weight gradients), so each is compiled once, and a second run
-  // compiles nothing. The cache is safe for concurrent test processes.
+  // One cache for every test of this program, kept in the build tree (or the one the test suite
+  // shares, $GMMGEN_TEST_CACHE_DIR): the modes share most kernels (the router's, the f32 weight
+  // gradients), so each is compiled once, and a second run compiles nothing. The cache is safe
+  // for concurrent test processes.
   gmmgen::RuntimeOptions o;
-  o.cache_dir = MOE_TEST_CACHE_DIR;
+  const char* shared = std::getenv("GMMGEN_TEST_CACHE_DIR");
+  o.cache_dir = shared && *shared ? shared : MOE_TEST_CACHE_DIR;
   o.num_threads = 2;
   gmmgen::Runtime rt(o);
   moe::Layer layer(rt, c, w);

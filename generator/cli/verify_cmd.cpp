@@ -162,47 +162,9 @@ int verify_pallas(const fs::path& dir, size_t count, uint64_t seed, bool quick) 
   return 1;
 }
 
-// Operand elements the quick cases of one kernel may generate. The checker builds every operand
-// of every case afresh and rounds each element to its dtype; with a large weight tensor (the
-// README's k=2048, n=1408, g=64: 184M elements) that is seconds per case.
-constexpr int64_t kQuickElements = int64_t(1) << 28;
-
-// The cases of one kernel. Quick keeps, most telling first, as many of these as fit in
-// kQuickElements (at least the first): M=97 with random group sizes (partial tiles, rows past
-// sum(group_sizes), strided lhs); M=97 skewed with empty groups (exact inputs); the grid's
-// largest M (several m-tiles), uniform; M=97 with many tiny and with uniform group sizes; M=1
-// -- each at every shard offset of a sharded kernel -- and, for tgmm with block scales, the
-// scale-block cases. It drops M=0, M=tm-1, and the other distributions at M=1 and the largest M.
+// The cases of one kernel: all standard cases, or their quick subset.
 std::vector<CheckCase> cases_of(const KernelSpec& spec, uint64_t seed, bool quick) {
-  std::vector<CheckCase> all = standard_cases(spec, seed);
-  if (!quick) return all;
-  const auto scale_blocks = [](const CheckCase& c) {
-    return c.label.find("scale blocks") != std::string::npos;
-  };
-  int64_t largest = 0;
-  for (const auto& c : all)
-    if (!scale_blocks(c)) largest = std::max(largest, c.m);
-  // (M, distribution) in priority order; labels read "M=<m> sum=<rows> <distribution> ...".
-  const std::pair<int64_t, std::string> wanted[] = {{97, "random"},       {97, "skewed+empty"},
-                                                    {largest, "uniform"}, {97, "many-tiny"},
-                                                    {97, "uniform"},      {1, "uniform"}};
-  std::vector<const CheckCase*> picked;
-  for (const auto& [m, dist] : wanted)
-    for (const auto& c : all)
-      if (!scale_blocks(c) && c.m == m && c.label.find(" " + dist + " ") != std::string::npos &&
-          std::find(picked.begin(), picked.end(), &c) == picked.end())
-        picked.push_back(&c);
-  for (const auto& c : all)
-    if (scale_blocks(c)) picked.push_back(&c);
-  const int64_t weights = spec.g_local * spec.k * spec.n;  // rhs (gmm) or out (tgmm)
-  std::vector<CheckCase> out;
-  int64_t elements = 0;
-  for (const CheckCase* c : picked) {
-    elements += weights + c->m * (spec.k + spec.n);
-    if (!out.empty() && elements > kQuickElements) break;
-    out.push_back(*c);
-  }
-  return out;
+  return quick ? quick_cases(spec, seed) : standard_cases(spec, seed);
 }
 
 using Clock = std::chrono::steady_clock;

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "gmmgen/runtime.hpp"
-#include "test_kernels.h"
+#include "smoke_kernels.h"
 
 namespace {
 
@@ -26,13 +26,13 @@ struct Setup {
   std::vector<int32_t> sizes;
   Setup()
       : rt(options()),
-        k(test_kernels_kernels[0]),
-        spec(parse_text(test_kernels_kernels[0].info()->spec)),
+        k(smoke_kernels_kernels[0]),
+        spec(parse_text(smoke_kernels_kernels[0].info()->spec)),
         lhs(16),
         rhs(spec.g_local * spec.k * spec.n, 1.0f),
         out(16),
         sizes(spec.g, 0) {
-    rt.register_kernels(test_kernels_kernels, test_kernels_kernel_count);
+    rt.register_kernels(smoke_kernels_kernels, smoke_kernels_kernel_count);
   }
   static RuntimeOptions options() {
     RuntimeOptions o;

@@ -5,24 +5,16 @@
 #include <fstream>
 #include <sstream>
 
-#include "jit/toolchain.h"
+#include "cli.h"
+#include "runtime_fixtures.h"
+#include "scratch.h"
 
 namespace gmmgen {
 namespace {
 
 namespace fs = std::filesystem;
-
-ProcessResult cli(std::vector<std::string> args) {
-  args.insert(args.begin(), GMMGEN_CLI);
-  return run_process(args);
-}
-
-fs::path fresh_dir(const std::string& name) {
-  const fs::path d =
-      fs::temp_directory_path() / ("gmmgen_cli_" + name + "_" + std::to_string(::getpid()));
-  fs::remove_all(d);
-  return d;
-}
+using testing::cli;
+using testing::Scratch;
 
 TEST(Cli, EveryCommandHasHelpWithAnExample) {
   for (const char* cmd : {"emit", "describe", "list", "verify", "bench", "tune", "cache"}) {
@@ -34,7 +26,8 @@ TEST(Cli, EveryCommandHasHelpWithAnExample) {
 }
 
 TEST(Cli, EmitWritesSourcesAndManifest) {
-  const fs::path out = fresh_dir("emit");
+  const Scratch dir;
+  const fs::path out = dir.path / "emit";
   const ProcessResult r = cli({"emit", "-k", "64", "-n", "48", "-g", "4", "--lhs", "f32", "--rhs",
                                "f32", "--out-dtype", "f32", "--tm", "16", "--out", out.string()});
   ASSERT_EQ(0, r.status) << r.output;
@@ -43,11 +36,11 @@ TEST(Cli, EmitWritesSourcesAndManifest) {
   size_t cpp = 0;
   for (const auto& e : fs::directory_iterator(out / "cpp")) cpp += e.path().extension() == ".cpp";
   EXPECT_EQ(1u, cpp);
-  fs::remove_all(out);
 }
 
 TEST(Cli, InvalidSpecExitsNonZeroNamesParameterWritesNothing) {
-  const fs::path out = fresh_dir("invalid");
+  const Scratch dir;
+  const fs::path out = dir.path / "invalid";
   ProcessResult r = cli(
       {"emit", "--spec", "k=1000,n=64,g=4,lhs=i8,rhs=i8,rhs_quant=channel", "--out", out.string()});
   EXPECT_NE(0, r.status);
@@ -79,32 +72,28 @@ TEST(Cli, DescribeAndList) {
 
 // verify compiles with the system compiler and checks against the reference; each ISA flavour.
 TEST(Cli, VerifyPassesForEveryIsa) {
-  const fs::path cache = fresh_dir("verify_cache");
-  const ProcessResult r = run_process(
-      {"env", "GMMGEN_CACHE_DIR=" + cache.string(), GMMGEN_CLI, "verify", "--quick", "--spec",
-       "k=40,n=24,g=5,lhs=bf16,rhs=bf16,out=bf16,tm=8,tk=16,tn=8", "--spec",
-       "k=40,n=24,g=5,lhs=f16,rhs=f32,out=f32,tm=8,tk=16,tn=8,isa=generic,transpose_rhs=1",
-       "--spec",
-       "k=40,n=24,g=5,lhs=f32,rhs=f32,out=f16,tm=8,tk=16,tn=8,isa=avx2,out_mode=accumulate"});
+  const ProcessResult r =
+      cli({"GMMGEN_CACHE_DIR=" + testing::shared_test_cache().string()},
+          {"verify", "--quick", "--spec",
+           "k=40,n=24,g=5,lhs=bf16,rhs=bf16,out=bf16,tm=8,tk=16,tn=8", "--spec",
+           "k=40,n=24,g=5,lhs=f16,rhs=f32,out=f32,tm=8,tk=16,tn=8,isa=generic,transpose_rhs=1",
+           "--spec",
+           "k=40,n=24,g=5,lhs=f32,rhs=f32,out=f16,tm=8,tk=16,tn=8,isa=avx2,out_mode=accumulate"});
   EXPECT_EQ(0, r.status) << r.output;
   EXPECT_NE(r.output.find("3 kernels verified, 0 mismatched"), std::string::npos) << r.output;
-  fs::remove_all(cache);
 }
 
 // A compile that cannot be done is reported with the compiler's command; exit status 1.
 TEST(Cli, VerifyReportsCompilerErrors) {
-  const fs::path cache = fresh_dir("verify_errors");
-  const std::string env = "GMMGEN_CACHE_DIR=" + cache.string();
-  ProcessResult r = run_process(
-      {"env", env, "GMMGEN_CXX=/nonexistent/c++", GMMGEN_CLI, "verify", "--spec", "k=8,n=8,g=2"});
+  const Scratch dir;
+  const std::string env = "GMMGEN_CACHE_DIR=" + (dir.path / "cache").string();
+  ProcessResult r = cli({env, "GMMGEN_CXX=/nonexistent/c++"}, {"verify", "--spec", "k=8,n=8,g=2"});
   EXPECT_EQ(1, r.status);
   EXPECT_NE(r.output.find("/nonexistent/c++"), std::string::npos) << r.output;
-  r = run_process({"env", env, "GMMGEN_CXXFLAGS=--no-such-flag", GMMGEN_CLI, "verify", "--spec",
-                   "k=8,n=8,g=2"});
+  r = cli({env, "GMMGEN_CXXFLAGS=--no-such-flag"}, {"verify", "--spec", "k=8,n=8,g=2"});
   EXPECT_EQ(1, r.status);
   EXPECT_NE(r.output.find("--no-such-flag"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("FAILED"), std::string::npos) << r.output;
-  fs::remove_all(cache);
 }
 
 }  // namespace

@@ -10,43 +10,20 @@
 #include <map>
 #include <sstream>
 
+#include "cli.h"
 #include "gmmgen/naming.h"
 #include "jit/toolchain.h"
+#include "scratch.h"
 
 namespace gmmgen {
 namespace {
 
 namespace fs = std::filesystem;
 
-ProcessResult cli(std::vector<std::string> args) {
-  args.insert(args.begin(), GMMGEN_CLI);
-  return run_process(args);
-}
-
-// A fresh private folder (mkdtemp), removed at scope exit.
-struct Scratch {
-  fs::path path;
-  Scratch() {
-    std::string templ = (fs::temp_directory_path() / "gmmgen_hardening_XXXXXX").string();
-    if (!mkdtemp(templ.data())) throw std::runtime_error("mkdtemp failed");
-    path = templ;
-  }
-  ~Scratch() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-};
-
-void write_file(const fs::path& p, const std::string& content) {
-  std::ofstream(p, std::ios::binary) << content;
-}
-
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing::cli;
+using testing::read_file;
+using testing::Scratch;
+using testing::write_file;
 
 // Single-quoted for sh.
 std::string sh_quote(const std::string& s) {

@@ -13,6 +13,7 @@
 #include "gmmgen/heuristics.h"
 #include "gmmgen/runtime.hpp"
 #include "jit/toolchain.h"
+#include "scratch.h"
 #include "tuning/table.h"
 
 namespace gmmgen {
@@ -25,29 +26,18 @@ constexpr const char* kSpec = "op=gmm,lhs=f32,rhs=f32,out=f32,k=32,n=32,g=2";
 class TuneCli : public ::testing::Test {
  protected:
   void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("gmmgen_tune_" + std::string(info->name()) + "_" + std::to_string(getpid()));
-    fs::remove_all(dir_);
+    dir_ = scratch_.path;
     fs::create_directories(dir_ / "out");
     setenv("GMMGEN_CACHE_DIR", (dir_ / "cache").c_str(), 1);
     unsetenv("GMMGEN_TUNING_DIR");
   }
-  void TearDown() override {
-    unsetenv("GMMGEN_TUNING_DIR");
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
+  void TearDown() override { unsetenv("GMMGEN_TUNING_DIR"); }
   ProcessResult tune(std::vector<std::string> args) {
     args.insert(args.begin(), {GMMGEN_CLI, "tune"});
     return run_process(args);
   }
-  static std::string read(const fs::path& p) {
-    std::ifstream in(p);
-    std::stringstream s;
-    s << in.rdbuf();
-    return s.str();
-  }
+  static std::string read(const fs::path& p) { return testing::read_file(p); }
+  testing::Scratch scratch_{"gmmgen_tune"};
   fs::path dir_;
 };
 
@@ -187,14 +177,14 @@ TEST_F(TuneCli, TinySweepWritesTableCsvSvgThatTheRuntimeUses) {
   setenv("GMMGEN_TUNING_DIR", (dir_ / "out").c_str(), 1);
   RuntimeOptions o;
   o.log = true;
-  testing::internal::CaptureStderr();
+  ::testing::internal::CaptureStderr();
   Runtime rt(o);
   std::vector<float> lhs(64 * 32), rhs(2 * 32 * 32), out(64 * 32);
   const std::vector<int32_t> sizes{30, 34};
   const KernelSpec used = rt.gmm_spec(TensorView::matrix(lhs.data(), DType::kF32, 64, 32),
                                       TensorView::batch(rhs.data(), DType::kF32, 2, 32, 32), sizes,
                                       TensorView::matrix(out.data(), DType::kF32, 64, 32));
-  const std::string log = testing::internal::GetCapturedStderr();
+  const std::string log = ::testing::internal::GetCapturedStderr();
   EXPECT_EQ(e.spec.tiling, used.tiling);
   EXPECT_NE(log.find("at 32.0 rows/group: " + std::string("tm=") +
                      std::to_string(e.spec.tiling.tm) + ",tk=32,tn=32 from " + table.string()),

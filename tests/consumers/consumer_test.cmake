@@ -57,6 +57,20 @@ elseif(STEP STREQUAL "CFindPackageInstalled")
   endif()
   step("${WORK}/build-c/c_consumer")
 
+elseif(STEP STREQUAL "SingleUnitNeedsOneSetOfIsaFlags")
+  # SINGLE_UNIT on the C consumer's bundle, which mixes isa=native (-march=native) with a
+  # generic kernel (no flags): a configure error naming the entry and both families.
+  fresh_copy(build-c-single c)
+  execute_process(COMMAND ${CMAKE_COMMAND} -S "${WORK}/src/c" -B "${WORK}/build-c-single"
+                          -G "${GENERATOR}" "-DCMAKE_PREFIX_PATH=${prefix}"
+                          -DC_CONSUMER_SINGLE_UNIT=ON
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
+  message("${out}")
+  string(REGEX REPLACE "[ \n]+" " " flat "${out}")  # CMake wraps its messages
+  if(rc EQUAL 0 OR NOT flat MATCHES "SINGLE_UNIT needs one set of ISA flags for every kernel, but entry 2 \\(0-based\\) is isa=generic and an earlier one isa=native")
+    message(FATAL_ERROR "SINGLE_UNIT accepted a bundle of mixed ISA flags, or said so unclearly")
+  endif()
+
 elseif(STEP STREQUAL "TouchedSpecRecompilesNothing")
   # After the build above: a spec file touched but not changed re-runs CMake and emit, and emit
   # rewrites nothing, so nothing is compiled or linked; the build after that has no work at all.

@@ -1,24 +1,19 @@
-// The kernels the tests exercise: the checked-in default set (generated/), and the edge-case
-// set and the dtype matrix emitted at build time from tests/specs/, all linked into the tests.
+// The kernels the tests exercise: the bundles linked into the tests (tests/specs/CMakeLists.txt:
+// the checked-in default set and the sets emitted at build time from tests/specs/, as many as
+// GMMGEN_TEST_KERNELS asks for).
 #pragma once
 
+#include <functional>
 #include <ostream>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
-#include "default_kernels.h"
-#include "dtype_matrix.h"
 #include "gmmgen/heuristics.h"
 #include "gmmgen/kernel_abi.h"
 #include "gmmgen/naming.h"
 #include "gmmgen/spec.h"
-#include "quant_matrix.h"
-#include "test_kernels.h"
-#include "test_kernels_amx.h"
-#include "test_kernels_avx2.h"
-#include "test_kernels_avx512.h"
-#include "test_kernels_avx512bf16.h"
-#include "test_kernels_generic.h"
+#include "test_bundles.h"
 
 namespace gmmgen::testing {
 
@@ -28,22 +23,31 @@ struct KernelUnderTest {
   std::string name;
 };
 
+// The kernels of one bundle's table.
+inline std::vector<KernelUnderTest> bundle_kernels(const gmmgen_kernel_entry* table,
+                                                   int32_t count) {
+  std::vector<KernelUnderTest> out;
+  for (int32_t i = 0; i < count; ++i)
+    out.push_back({&table[i], parse_text(table[i].info()->spec), table[i].info()->name});
+  return out;
+}
+
+// Every kernel of every linked bundle.
 inline std::vector<KernelUnderTest> all_kernels() {
   std::vector<KernelUnderTest> out;
-  auto add = [&](const gmmgen_kernel_entry* table, int32_t count) {
-    for (int32_t i = 0; i < count; ++i)
-      out.push_back({&table[i], parse_text(table[i].info()->spec), table[i].info()->name});
-  };
-  add(default_kernels_kernels, default_kernels_kernel_count);
-  add(test_kernels_kernels, test_kernels_kernel_count);
-  add(dtype_matrix_kernels, dtype_matrix_kernel_count);
-  add(quant_matrix_kernels, quant_matrix_kernel_count);
-  add(test_kernels_amx_kernels, test_kernels_amx_kernel_count);
-  add(test_kernels_avx512bf16_kernels, test_kernels_avx512bf16_kernel_count);
-  add(test_kernels_avx512_kernels, test_kernels_avx512_kernel_count);
-  add(test_kernels_avx2_kernels, test_kernels_avx2_kernel_count);
-  add(test_kernels_generic_kernels, test_kernels_generic_kernel_count);
+#define GMMGEN_ADD_BUNDLE(b) \
+  for (auto& k : bundle_kernels(b##_kernels, b##_kernel_count)) out.push_back(std::move(k));
+  GMMGEN_TEST_BUNDLES(GMMGEN_ADD_BUNDLE)
+#undef GMMGEN_ADD_BUNDLE
   return out;
+}
+
+// The first kernel under test with a property (std::logic_error if none has it).
+inline const KernelUnderTest& find_kernel(const std::function<bool(const KernelSpec&)>& pred) {
+  static const auto kernels = all_kernels();
+  for (const auto& k : kernels)
+    if (pred(k.spec)) return k;
+  throw std::logic_error("no kernel under test has the property");
 }
 
 // Kernels of an ISA family this CPU lacks are compiled but not run.

@@ -11,14 +11,6 @@
 namespace gmmgen::testing {
 namespace {
 
-// Finds a kernel of the test set by a property.
-const KernelUnderTest& find(const std::function<bool(const KernelSpec&)>& pred) {
-  static const auto kernels = all_kernels();
-  for (const auto& k : kernels)
-    if (pred(k.spec)) return k;
-  throw std::logic_error("no kernel under test has the property");
-}
-
 // Valid packed f32 arguments for the kernel (gmm or tgmm), m rows, half of them in group 0.
 struct Fixture {
   const KernelUnderTest& k;
@@ -65,7 +57,7 @@ bool f32_plain(const KernelSpec& s) {
 }
 
 TEST(BadInput, EveryKindIsRejectedAndOutputUntouched) {
-  const auto& k = find(f32_plain);
+  const auto& k = find_kernel(f32_plain);
   {
     Fixture f(k);
     char err[256];
@@ -154,7 +146,7 @@ TEST(BadInput, EveryKindIsRejectedAndOutputUntouched) {
 }
 
 TEST(BadInput, ExistingModesNeedExistingOut) {
-  const auto& k = find([](const KernelSpec& s) {
+  const auto& k = find_kernel([](const KernelSpec& s) {
     return s.op == Op::kGmm && s.out_mode == OutMode::kAccumulate && s.lhs == DType::kF32 &&
            s.out == DType::kF32;
   });
@@ -164,7 +156,7 @@ TEST(BadInput, ExistingModesNeedExistingOut) {
 }
 
 TEST(BadInput, PlanChecksWorkspaceAndRunItemsChecksRange) {
-  const auto& k = find(f32_plain);
+  const auto& k = find_kernel(f32_plain);
   Fixture f(k);
   char err[256];
   int64_t items = 0;
@@ -193,7 +185,7 @@ bool tgmm_f32_km_accumulate(const KernelSpec& s) {
 }
 
 TEST(BadInput, TgmmEveryKindIsRejectedAndOutputUntouched) {
-  const auto& k = find(tgmm_f32_plain);
+  const auto& k = find_kernel(tgmm_f32_plain);
   {
     Fixture f(k);
     char err[256];
@@ -314,7 +306,7 @@ TEST(BadInput, TgmmEveryKindIsRejectedAndOutputUntouched) {
 }
 
 TEST(BadInput, TgmmLayoutsAndAccumulateRules) {
-  const auto& k = find(tgmm_f32_km_accumulate);
+  const auto& k = find_kernel(tgmm_f32_km_accumulate);
   {
     Fixture f(k);
     char err[256];
@@ -371,7 +363,7 @@ TEST(BadInput, TgmmLayoutsAndAccumulateRules) {
 
 // Without rows, tgmm needs neither lhs nor rhs, and every group is empty: out is all zeros.
 TEST(BadInput, TgmmWithoutRowsWritesZeros) {
-  const auto& k = find(tgmm_f32_plain);
+  const auto& k = find_kernel(tgmm_f32_plain);
   Fixture f(k, 0);
   f.a.lhs = nullptr;
   f.a.rhs = nullptr;
@@ -381,7 +373,7 @@ TEST(BadInput, TgmmWithoutRowsWritesZeros) {
 }
 
 TEST(BadInput, TgmmPlanChecksWorkspaceAndRunItemsChecksThePlan) {
-  const auto& k = find(tgmm_f32_plain);
+  const auto& k = find_kernel(tgmm_f32_plain);
   Fixture f(k);
   char err[256];
   int64_t items = 0;

@@ -200,7 +200,8 @@ TEST(QuantBadInput, EveryScaleThatIsReadIsCheckedAndNoOtherIs) {
       }
     }
   }
-  EXPECT_GE(kernels, 8) << "the quantized matrix's gmm kernels with block scales";
+  // smoke_quant.json holds two (lhs and rhs blocks; rhs blocks alone), the ci kernel set more.
+  EXPECT_GE(kernels, 2) << "gmm kernels with block scales and a plain f32 output";
 }
 
 TEST(QuantBadInput, ScalesOnAnUnscaledOperandAreRejected) {

@@ -2,7 +2,6 @@
 // a fast wrong kernel reports none. Quantized rows: quantized inputs, a check that catches a
 // kernel with slightly wrong scales, a baseline on the dequantized operands, and --quant.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -14,11 +13,32 @@
 #include "gmmgen/runtime.hpp"
 #include "gmmgen/spec.h"
 #include "jit/toolchain.h"
-#include "quant_matrix.h"
-#include "test_kernels.h"
+#include "runtime_fixtures.h"
+#include "smoke_kernels.h"
+#include "smoke_quant.h"
 
 namespace gmmgen {
 namespace {
+
+// `gmm-gen bench ARGS...` on the shared test cache.
+ProcessResult bench_cli(const std::vector<std::string>& args) {
+  std::vector<std::string> argv{"env", "GMMGEN_CACHE_DIR=" + testing::shared_test_cache().string(),
+                                GMMGEN_CLI, "bench"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  return run_process(argv);
+}
+
+// A private folder for a test's files (mkdtemp), removed at scope exit.
+struct Scratch {
+  std::filesystem::path path = testing::make_private_dir("gmmgen_bench");
+  Scratch() {
+    if (path.empty()) throw std::runtime_error("mkdtemp failed");
+  }
+  ~Scratch() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+};
 
 struct BenchCase {
   RuntimeOptions opts;
@@ -29,7 +49,7 @@ struct BenchCase {
     opts.jit = false;  // the compiled-in test kernels serve every call
     opts.num_threads = 2;
     // The test set's first kernel: f32, k=37, n=29, g=5 (K % tk != 0, odd N).
-    spec = parse_text(test_kernels_kernels[0].info()->spec);
+    spec = parse_text(smoke_kernels_kernels[0].info()->spec);
     work.shape = "custom";
     work.m = 61;
     work.group_sizes = bench::group_sizes("zipf", int32_t(spec.g), 53, 7);  // sum < m
@@ -43,7 +63,7 @@ TEST(Bench, CorrectKernelReportsSpeedAndAgreesWithEveryBaseline) {
   for (auto kind :
        {bench::BaselineKind::kNone, bench::BaselineKind::kOneDnn, bench::BaselineKind::kOpenBlas}) {
     Runtime rt(c.opts);
-    rt.register_kernels(test_kernels_kernels, 1);
+    rt.register_kernels(smoke_kernels_kernels, 1);
     bench::Options o;
     o.reps = 3, o.threads = 2, o.baseline = kind;
     const bench::Row row = bench::run(rt, c.spec, c.work, o, c.machine);
@@ -76,7 +96,7 @@ int run_nothing(const gmmgen_args*, void*, int64_t, int64_t) {
 
 TEST(Bench, FastWrongKernelReportsNoSpeed) {
   BenchCase c;
-  gmmgen_kernel_entry wrong = test_kernels_kernels[0];
+  gmmgen_kernel_entry wrong = smoke_kernels_kernels[0];
   wrong.run_items = &run_nothing;
   for (auto kind : {bench::BaselineKind::kNone, bench::BaselineKind::kOneDnn}) {
     Runtime rt(c.opts);
@@ -95,12 +115,12 @@ TEST(Bench, FastWrongKernelReportsNoSpeed) {
 
 // ---- Quantized rows ----------------------------------------------------------------------------
 
-// The compiled-in quantized kernel of the quant_matrix test set with this spec text.
+// The compiled-in quantized kernel of the smoke_quant test set with this spec text.
 const gmmgen_kernel_entry& quant_kernel(const std::string& text) {
   const KernelSpec want = parse_text(text);
-  for (int32_t i = 0; i < quant_matrix_kernel_count; ++i)
-    if (parse_text(quant_matrix_kernels[i].info()->spec) == want) return quant_matrix_kernels[i];
-  throw std::runtime_error("no quant_matrix kernel " + text);
+  for (int32_t i = 0; i < smoke_quant_kernel_count; ++i)
+    if (parse_text(smoke_quant_kernels[i].info()->spec) == want) return smoke_quant_kernels[i];
+  throw std::runtime_error("no smoke_quant kernel " + text);
 }
 
 bench::Workload workload(const KernelSpec& s, int64_t m, const char* dist, uint64_t seed) {
@@ -111,7 +131,7 @@ bench::Workload workload(const KernelSpec& s, int64_t m, const char* dist, uint6
   return w;
 }
 
-// Plain-output, unsharded kernels of the quant_matrix set: fp8 block (1xB lhs, BxC rhs), i8 x i8
+// Plain-output, unsharded kernels of the smoke_quant set: fp8 block (1xB lhs, BxC rhs), i8 x i8
 // per channel (exact i32 products), i4 x i4 into f16 with transposed weights, bf16 x nf4 blocks,
 // f32 x t2, and tgmm with fp8 and i8 blocks of global rows (group boundaries inside blocks).
 const char* const kQuantSpecs[] = {
@@ -340,14 +360,12 @@ TEST(BenchQuant, QuantErrorsNameTheOptionAndTheRule) {
 // The CLI: --quant without --shapes, or a bad --quant, fails before any timing.
 TEST(BenchQuant, CliRejectsBadQuantBeforeRunning) {
   for (const std::vector<std::string>& args :
-       {std::vector<std::string>{"bench", "--quant", "default", "--spec",
+       {std::vector<std::string>{"--quant", "default", "--spec",
                                  "op=gmm,lhs=f32,rhs=f32,out=f32,k=8,n=8,g=1"},
-        std::vector<std::string>{"bench", "--shapes", "S1", "--quant", "int3-channel"},
-        std::vector<std::string>{"bench", "--shapes", "S1", "--quant", "", "--reps", "1",
-                                 "--baseline", "none"}}) {
-    std::vector<std::string> argv = args;
-    argv.insert(argv.begin(), GMMGEN_CLI);
-    const ProcessResult r = run_process(argv);
+        std::vector<std::string>{"--shapes", "S1", "--quant", "int3-channel"},
+        std::vector<std::string>{"--shapes", "S1", "--quant", "", "--reps", "1", "--baseline",
+                                 "none"}}) {
+    const ProcessResult r = bench_cli(args);
     EXPECT_NE(r.status, 0) << r.output;
     EXPECT_NE(r.output.find("--quant"), std::string::npos) << r.output;
     EXPECT_EQ(r.output.find("GFLOP/s"), std::string::npos) << r.output;  // nothing was timed
@@ -358,27 +376,22 @@ TEST(BenchQuant, CliRejectsBadQuantBeforeRunning) {
 // option the standard shapes set would be ignored, so it is an error before anything is timed.
 TEST(BenchShapes, TakeIsaAndTilingRejectOtherSpecOptions) {
   for (const std::vector<std::string>& args :
-       {std::vector<std::string>{"bench", "--shapes", "S1", "--lhs", "bf16"},
-        std::vector<std::string>{"bench", "--shapes", "S1", "-k", "64"},
-        std::vector<std::string>{"bench", "--shapes", "S1", "--spec", "k=8,n=8,g=1"}}) {
-    std::vector<std::string> argv = args;
-    argv.insert(argv.begin(), GMMGEN_CLI);
-    const ProcessResult r = run_process(argv);
+       {std::vector<std::string>{"--shapes", "S1", "--lhs", "bf16"},
+        std::vector<std::string>{"--shapes", "S1", "-k", "64"},
+        std::vector<std::string>{"--shapes", "S1", "--spec", "k=8,n=8,g=1"}}) {
+    const ProcessResult r = bench_cli(args);
     EXPECT_EQ(r.status, 2) << r.output;
-    EXPECT_NE(r.output.find(args[3]), std::string::npos) << r.output;  // names the option
+    EXPECT_NE(r.output.find(args[2]), std::string::npos) << r.output;  // names the option
     EXPECT_EQ(r.output.find("GFLOP/s"), std::string::npos) << r.output;
   }
-  const std::string json = (std::filesystem::temp_directory_path() /
-                            ("gmmgen_bench_shapes_" + std::to_string(::getpid()) + ".json"))
-                               .string();
-  const ProcessResult r = run_process(
-      {GMMGEN_CLI, "bench", "--shapes",   "S1",       "--isa",     "generic", "--tm",
-       "64",       "--tn",  "32",         "--filter", "gmm_bf16*", "--quant", "bf16/i8@channel",
-       "--reps",   "1",     "--baseline", "none",     "--json",    json});
+  const Scratch dir;
+  const std::string json = (dir.path / "rows.json").string();
+  const ProcessResult r = bench_cli({"--shapes", "S1", "--isa", "generic", "--tm", "64", "--tn",
+                                     "32", "--filter", "gmm_bf16*", "--quant", "bf16/i8@channel",
+                                     "--reps", "1", "--baseline", "none", "--json", json});
   ASSERT_EQ(r.status, 0) << r.output;
   std::ifstream in(json);
   const auto j = nlohmann::json::parse(in);
-  std::filesystem::remove(json);
   ASSERT_EQ(j["rows"].size(), 2u);  // the float counterpart, then the quantized row
   for (const auto& row : j["rows"]) {
     const std::string kernel = row["kernel"];
@@ -391,16 +404,13 @@ TEST(BenchShapes, TakeIsaAndTilingRejectOtherSpecOptions) {
 // --shapes --quant fp8-block also times the weight gradient (tgmm on fp8 codes) beside gmm-gen's
 // f32 tgmm, and checks it against the float64 reference like every row.
 TEST(BenchShapes, QuantFp8BlockAddsTheWeightGradient) {
-  const std::string json = (std::filesystem::temp_directory_path() /
-                            ("gmmgen_bench_wgrad_" + std::to_string(::getpid()) + ".json"))
-                               .string();
-  const ProcessResult r =
-      run_process({GMMGEN_CLI, "bench", "--shapes", "S1", "--filter", "tgmm*", "--quant",
-                   "fp8-block", "--reps", "1", "--baseline", "none", "--json", json});
+  const Scratch dir;
+  const std::string json = (dir.path / "rows.json").string();
+  const ProcessResult r = bench_cli({"--shapes", "S1", "--filter", "tgmm*", "--quant", "fp8-block",
+                                     "--reps", "1", "--baseline", "none", "--json", json});
   ASSERT_EQ(r.status, 0) << r.output;
   std::ifstream in(json);
   const auto j = nlohmann::json::parse(in);
-  std::filesystem::remove(json);
   ASSERT_EQ(j["rows"].size(), 2u) << r.output;  // f32 tgmm, then the fp8 one
   EXPECT_EQ(j["rows"][0]["op"], "tgmm");
   EXPECT_EQ(j["rows"][0]["lhs"], "f32");
@@ -418,19 +428,16 @@ TEST(BenchShapes, QuantFp8BlockAddsTheWeightGradient) {
 // and reports `vs float`: its GFLOP/s over that kernel's, timed beside it, in the table and the
 // JSON.
 TEST(BenchQuant, CliQuantizedRowReportsVsFloat) {
-  const std::string json = (std::filesystem::temp_directory_path() /
-                            ("gmmgen_bench_quant_" + std::to_string(::getpid()) + ".json"))
-                               .string();
+  const Scratch dir;
+  const std::string json = (dir.path / "rows.json").string();
   const ProcessResult r =
-      run_process({GMMGEN_CLI, "bench", "--spec",
-                   "op=gmm,lhs=bf16,rhs=i8,rhs_quant=channel,out=f32,k=96,n=40,g=3", "--m", "50",
-                   "--reps", "1", "--threads", "2", "--baseline", "none", "--json", json});
+      bench_cli({"--spec", "op=gmm,lhs=bf16,rhs=i8,rhs_quant=channel,out=f32,k=96,n=40,g=3", "--m",
+                 "50", "--reps", "1", "--threads", "2", "--baseline", "none", "--json", json});
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("vs float"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("bf16xi8@channel->f32"), std::string::npos) << r.output;
   std::ifstream in(json);
   const auto j = nlohmann::json::parse(in);
-  std::filesystem::remove(json);
   const auto& rows = j["rows"];
   ASSERT_EQ(rows.size(), 2u);
   EXPECT_EQ(rows[0]["lhs"], "bf16");

@@ -15,39 +15,31 @@
 
 #include "gmmgen/runtime.hpp"
 #include "gmmgen/runtime_c.h"
-#include "private_runtime.h"
+#include "runtime_fixtures.h"
+#include "test_data.h"
 
 namespace {
 
 namespace fs = std::filesystem;
 
-constexpr double kU = 0x1p-24;  // f32 unit roundoff
+using gmmgen::testing::randn;
+constexpr double kU = gmmgen::testing::kF32Roundoff;
 
 class CQuant : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = gmmgen::testing::make_private_dir("gmmgen_c_quant");
-    ASSERT_FALSE(dir_.empty()) << "mkdtemp failed";
+    dir_ = gmmgen::testing::shared_test_cache();
     setenv("GMMGEN_CACHE_DIR", dir_.c_str(), 1);
     ASSERT_EQ(GMMGEN_OK, gmmgen_runtime_create(&rt_, err_, sizeof err_)) << err_;
   }
   void TearDown() override {
     gmmgen_runtime_destroy(rt_);
     unsetenv("GMMGEN_CACHE_DIR");
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
   }
   fs::path dir_;
   gmmgen_runtime* rt_ = nullptr;
   char err_[512] = {0};
 };
-
-std::vector<float> randn(int64_t count, double amp, std::mt19937_64& rng) {
-  std::normal_distribution<double> d(0.0, amp);
-  std::vector<float> x(static_cast<size_t>(count));
-  for (auto& v : x) v = float(d(rng));
-  return x;
-}
 
 // A quantized stack of `batch` [rows, cols] matrices (one after the other), by the C API's
 // quantizer, and its dequantized f32 values (gmmgen_dequantize).
@@ -87,7 +79,7 @@ struct CQuantized {
 // The bound of an f32 kernel summing `terms` products of dequantized values: DESIGN §7's checker
 // bound, u |sum| + (terms + 3) u sum|p|, plus 2 u sum|p| because the reference's operands are
 // the f32 results of gmmgen_dequantize, each within u of the exact decoded value.
-double bound(double sum, double abs_sum, int64_t terms) {
+double c_bound(double sum, double abs_sum, int64_t terms) {
   return kU * std::fabs(sum) + double(terms + 5) * kU * abs_sum + 1e-30;
 }
 
@@ -184,7 +176,7 @@ TEST_F(CQuant, GmmScalesMatchTheFloat64ReferenceOfTheDequantizedOperands) {
           const double p = double(lv[size_t(r * K + kk)]) * wv;
           sum += p, abs_sum += std::fabs(p);
         }
-        ASSERT_LE(std::fabs(got - sum), bound(sum, abs_sum, K))
+        ASSERT_LE(std::fabs(got - sum), c_bound(sum, abs_sum, K))
             << what << ": out[" << r << ", " << n << "] = " << got << ", reference " << sum;
       }
   }
@@ -251,7 +243,7 @@ TEST_F(CQuant, TgmmScalesMatchTheFloat64ReferenceOfTheDequantizedOperands) {
             sum += p, abs_sum += std::fabs(p);
           }
           const float got = out[size_t((j * K + kk) * N + n)];
-          ASSERT_LE(std::fabs(got - sum), bound(sum, abs_sum, sizes[size_t(j)]))
+          ASSERT_LE(std::fabs(got - sum), c_bound(sum, abs_sum, sizes[size_t(j)]))
               << what << ": out[" << j << "][" << kk << ", " << n << "] = " << got << ", reference "
               << sum;
         }
@@ -291,7 +283,7 @@ TEST_F(CQuant, ZeroInitialisedOptionsMeanNoScales) {
                          rhs.value[size_t(((r < 12 ? 0 : 1) * K + kk) * N + n)];
         sum += p, abs_sum += std::fabs(p);
       }
-      ASSERT_LE(std::fabs(zeros[size_t(r * N + n)] - sum), bound(sum, abs_sum, K));
+      ASSERT_LE(std::fabs(zeros[size_t(r * N + n)] - sum), c_bound(sum, abs_sum, K));
     }
   // tgmm with options of zeros: fp8 x fp8 values, no scales.
   std::vector<float> tg(size_t(G * K * N), std::nanf(""));

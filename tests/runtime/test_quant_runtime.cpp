@@ -18,14 +18,15 @@
 #include "gmmgen/spec.h"
 #include "gmmgen/verify/checker.h"
 #include "gmmgen/verify/numeric.h"
-#include "private_runtime.h"
+#include "runtime_fixtures.h"
+#include "test_data.h"
 
 namespace gmmgen {
 namespace {
 
 namespace fs = std::filesystem;
 
-class QuantRuntime : public testing::PrivateRuntimeTest {};
+class QuantRuntime : public testing::SharedCacheRuntimeTest {};
 
 // A quantized [rows, cols] matrix (or `batch` of them, one after the other): codes, scales and
 // the exact decoded values.
@@ -85,12 +86,7 @@ struct QMatrix {
   }
 };
 
-std::vector<float> random_matrix(int64_t count, double amp, std::mt19937_64& rng) {
-  std::normal_distribution<double> dist(0.0, amp);
-  std::vector<float> x(static_cast<size_t>(count));
-  for (auto& v : x) v = float(dist(rng));
-  return x;
-}
+using testing::randn;
 
 std::vector<int32_t> ragged_sizes(int32_t g, int64_t m, std::mt19937_64& rng) {
   std::vector<int32_t> s(size_t(g), 0);
@@ -142,8 +138,8 @@ TEST_F(QuantRuntime, PeerShapesInt8AndInt4WithBlocksOf16And128AndChannels) {
   const int64_t M = 512, K = 256, N = 512;
   std::mt19937_64 rng(7);
   const auto sizes = ragged_sizes(G, M, rng);
-  const auto x = random_matrix(M * K, 1.0, rng);
-  const auto w = random_matrix(G * K * N, 0.05, rng);
+  const auto x = randn(M * K, 1.0, rng);
+  const auto w = randn(G * K * N, 0.05, rng);
   struct Case {
     DType rhs;
     Quant lq, rq;
@@ -181,7 +177,7 @@ TEST_F(QuantRuntime, IntegerProductsLongerThanOneI32Chunk) {
   const int64_t M = 6, K = 70001, N = 40;
   std::mt19937_64 rng(11);
   const std::vector<int32_t> sizes{4, 1};  // the last row is in no group
-  std::vector<float> x = random_matrix(M * K, 1.0, rng), w = random_matrix(G * K * N, 1.0, rng);
+  std::vector<float> x = randn(M * K, 1.0, rng), w = randn(G * K * N, 1.0, rng);
   for (auto* v : {&x, &w})
     for (float& f : *v) f = f < -0.2f ? -1.0f : f > 0.2f ? 1.0f : f;  // mostly +-absmax
   const Quant channel{QuantKind::kChannel, 0, 0};
@@ -205,10 +201,10 @@ TEST_F(QuantRuntime, BlockFp8OneBy128TimesOneTwentyEightSquaredAtEveryK) {
   std::mt19937_64 rng(11);
   for (int64_t K : {128, 256, 384, 1024}) {
     const auto sizes = ragged_sizes(G, M, rng);
-    auto x = random_matrix(M * K, 3.0, rng);
+    auto x = randn(M * K, 3.0, rng);
     // An all-zero block of lhs (row 5, the second block of K when there is one).
     for (int64_t kk = 0; kk < 128; ++kk) x[size_t(5 * K + (K > 128 ? 128 : 0) + kk)] = 0.0f;
-    const auto w = random_matrix(G * K * N, 0.02, rng);
+    const auto w = randn(G * K * N, 0.02, rng);
     const Quant lq{QuantKind::kBlock, 128, 0}, rq{QuantKind::kBlock, 128, 128};
     const QMatrix lhs(x, 1, M, K, DType::kF8E4M3, lq, QuantAxis::kCols);
     const QMatrix rhs(w, G, K, N, DType::kF8E4M3, rq, QuantAxis::kRows);
@@ -228,9 +224,9 @@ TEST_F(QuantRuntime, Fp8SaturatesAtAndAboveItsMaximum) {
   const int32_t G = 2;
   const int64_t M = 16, K = 64, N = 32;
   std::mt19937_64 rng(3);
-  auto x = random_matrix(M * K, 100.0, rng);
+  auto x = randn(M * K, 100.0, rng);
   x[0] = 448.0f, x[1] = 449.0f, x[2] = -1e6f, x[3] = 464.0f;  // at, just above, far above
-  const auto w = random_matrix(G * K * N, 1.0, rng);
+  const auto w = randn(G * K * N, 1.0, rng);
   // fp8 with no scales: a plain saturating cast.
   const QMatrix lhs(x, 1, M, K, DType::kF8E4M3, {}, QuantAxis::kCols);
   EXPECT_EQ(448.0, lhs.value[0]);
@@ -257,7 +253,7 @@ TEST_F(QuantRuntime, TgmmBlocksOfGlobalRowsStraddleGroupBoundaries) {
   const int32_t G = 4;
   const int64_t M = 450, K = 96, N = 80;
   std::mt19937_64 rng(5);
-  const auto x = random_matrix(M * K, 1.0, rng), dy = random_matrix(M * N, 0.1, rng);
+  const auto x = randn(M * K, 1.0, rng), dy = randn(M * N, 0.1, rng);
   const Quant q{QuantKind::kBlock, 128, 0};
   DualQuantizeOptions d;
   d.dtype = DType::kF8E4M3, d.scheme = q;
@@ -299,13 +295,18 @@ TEST_F(QuantRuntime, TgmmBlocksOfGlobalRowsStraddleGroupBoundaries) {
 
 // The scale folds (a block's partial product times its scales, added to the accumulators) are
 // written as fused multiply-adds, so the bits of a quantized product do not depend on the compiler:
-// GCC contracts a product and a sum written apart, clang++ does not. Each family this CPU runs,
-// compiled by g++ and by clang++, on the same inputs: gmm folding inside the micro-kernel (blocks
-// shorter than tk, with and without lhs scales), tgmm folding per row (fold_row), and a float
-// product with converted operands and output (f16 and bf16, accumulating). The kernels are cached
-// in $GMMGEN_TEST_CACHE_DIR when set (shared by .ci/test's two builds; the cache key covers the
+// GCC contracts a product and a sum written apart, clang++ does not. One ISA family (isa=native:
+// the host's best, which the ci tier checks; each explicit family in the full tier), compiled by
+// g++ and by clang++, on the same inputs: gmm folding inside the micro-kernel (blocks shorter than
+// tk, with and without lhs scales), tgmm folding per row (fold_row), and a float product with
+// converted operands and output (f16 and bf16, accumulating). The kernels are cached in
+// $GMMGEN_TEST_CACHE_DIR when set (shared by .ci/test's builds; the cache key covers the
 // compiler), else in a private folder.
-TEST(CompilerIndependence, SameBitsFromGccAndClang) {
+class CompilerIndependence : public ::testing::TestWithParam<Isa> {};
+
+TEST_P(CompilerIndependence, SameBitsFromGccAndClang) {
+  const Isa isa = GetParam();
+  if (!host_supports(isa)) GTEST_SKIP() << "this CPU cannot run isa=" << to_string(isa);
   const std::string compilers[] = {testing::on_path("g++"), testing::on_path("clang++")};
   if (compilers[0].empty() || compilers[1].empty()) GTEST_SKIP() << "needs both g++ and clang++";
   const char* specs[] = {
@@ -318,43 +319,50 @@ TEST(CompilerIndependence, SameBitsFromGccAndClang) {
   };
   const char* old = std::getenv("GMMGEN_CXX");
   const std::string saved = old ? old : "";
-  for (Isa isa : {Isa::kAvx512Bf16, Isa::kAvx512, Isa::kAvx2, Isa::kGeneric}) {
-    if (!host_supports(isa)) continue;
-    for (const char* text : specs) {
-      KernelSpec spec = parse_text(std::string(text) + ",isa=" + std::string(to_string(isa)));
-      CheckCase c;
-      c.label = "ragged";
-      c.m = 61;
-      c.group_sizes = {17, 0, 40};  // sum < m; the last group starts mid-tile
-      c.seed = 5;
-      uint64_t digest[2] = {0, 0};
-      for (int i = 0; i < 2; ++i) {
-        setenv("GMMGEN_CXX", compilers[i].c_str(), 1);
-        const char* shared = std::getenv("GMMGEN_TEST_CACHE_DIR");
-        const fs::path dir =
-            shared && *shared ? fs::path(shared) : testing::make_private_dir("gmmgen_test_cxx");
-        ASSERT_FALSE(dir.empty());
-        {
-          RuntimeOptions o;
-          o.cache_dir = dir;
-          o.num_threads = 2;
-          Runtime rt(o);
-          const CheckResult r = check_kernel(rt.kernel(spec), spec, c);
-          EXPECT_TRUE(r.ok) << compilers[i] << ": " << r.failure;
-          digest[i] = r.output_digest;
-        }
-        std::error_code ec;
-        if (!(shared && *shared)) fs::remove_all(dir, ec);
+  for (const char* text : specs) {
+    KernelSpec spec = parse_text(std::string(text) + ",isa=" + std::string(to_string(isa)));
+    CheckCase c;
+    c.label = "ragged";
+    c.m = 61;
+    c.group_sizes = {17, 0, 40};  // sum < m; the last group starts mid-tile
+    c.seed = 5;
+    uint64_t digest[2] = {0, 0};
+    for (int i = 0; i < 2; ++i) {
+      setenv("GMMGEN_CXX", compilers[i].c_str(), 1);
+      const char* shared = std::getenv("GMMGEN_TEST_CACHE_DIR");
+      const fs::path dir =
+          shared && *shared ? fs::path(shared) : testing::make_private_dir("gmmgen_test_cxx");
+      ASSERT_FALSE(dir.empty());
+      {
+        RuntimeOptions o;
+        o.cache_dir = dir;
+        o.num_threads = 2;
+        Runtime rt(o);
+        const CheckResult r = check_kernel(rt.kernel(spec), spec, c);
+        EXPECT_TRUE(r.ok) << compilers[i] << ": " << r.failure;
+        digest[i] = r.output_digest;
       }
-      EXPECT_EQ(digest[0], digest[1])
-          << text << " isa=" << to_string(isa) << ": g++ and clang++ kernels give different bits";
+      std::error_code ec;
+      if (!(shared && *shared)) fs::remove_all(dir, ec);
     }
+    EXPECT_EQ(digest[0], digest[1])
+        << text << " isa=" << to_string(isa) << ": g++ and clang++ kernels give different bits";
   }
   if (old)
     setenv("GMMGEN_CXX", saved.c_str(), 1);
   else
     unsetenv("GMMGEN_CXX");
 }
+
+std::string isa_name(const ::testing::TestParamInfo<Isa>& info) {
+  return std::string(to_string(info.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(Best, CompilerIndependence, ::testing::Values(Isa::kNative), isa_name);
+INSTANTIATE_TEST_SUITE_P(Families, CompilerIndependence,
+                         ::testing::Values(Isa::kAvx512Bf16, Isa::kAvx512, Isa::kAvx2,
+                                           Isa::kGeneric),
+                         isa_name);
 
 }  // namespace
 }  // namespace gmmgen

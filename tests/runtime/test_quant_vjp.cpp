@@ -21,23 +21,18 @@
 #include "gmmgen/codes.h"
 #include "gmmgen/quantize.hpp"
 #include "gmmgen/runtime.hpp"
-#include "private_runtime.h"
+#include "runtime_fixtures.h"
+#include "test_data.h"
 
 namespace gmmgen {
 namespace {
 
 namespace fs = std::filesystem;
 
-constexpr double kU = 0x1p-24;  // f32 unit roundoff
+using testing::randn;
+constexpr double kU = testing::kF32Roundoff;
 
-class QuantVjpTest : public testing::PrivateRuntimeTest {};
-
-std::vector<float> randn(int64_t count, double amp, std::mt19937_64& rng) {
-  std::normal_distribution<double> d(0.0, amp);
-  std::vector<float> x(static_cast<size_t>(count));
-  for (auto& v : x) v = float(d(rng));
-  return x;
-}
+class QuantVjpTest : public testing::SharedCacheRuntimeTest {};
 
 // The exact value of each code of an 8-bit-code matrix [rows, cols] times its scale, scales
 // [.., ..] indexed by `scale_at(r, c)`.
@@ -53,7 +48,7 @@ std::vector<double> decode(const std::vector<uint8_t>& codes, DType d, int64_t r
 
 // A problem: M rows in G groups of which experts [offset, offset + G_local) are held; x [M, K],
 // weights [G_local, K, N] (stored [G_local, N, K] when transposed), dout [M, N].
-struct Problem {
+struct VjpProblem {
   int64_t m, k, n, g_local;
   int32_t offset;
   bool transposed;
@@ -61,8 +56,8 @@ struct Problem {
   std::vector<int32_t> group;  // local group of each row, -1 outside the active groups
   std::vector<float> x, w, dout;
 
-  Problem(int64_t m_, int64_t k_, int64_t n_, std::vector<int32_t> sizes_, int32_t offset_,
-          int64_t g_local_, bool t, uint64_t seed)
+  VjpProblem(int64_t m_, int64_t k_, int64_t n_, std::vector<int32_t> sizes_, int32_t offset_,
+             int64_t g_local_, bool t, uint64_t seed)
       : m(m_),
         k(k_),
         n(n_),
@@ -91,14 +86,14 @@ struct Problem {
 // scales, and its product with the f32 block sum: 2 roundings), passes through at most `terms`
 // f32 additions (recursive summation: (terms - 1) u |p|), and the result is rounded once more,
 // so |err| <= u |sum| + (terms + 3) u sum|p| (the bound of DESIGN §7's checker).
-double bound(double sum, double abs_sum, int64_t terms) {
+double vjp_bound(double sum, double abs_sum, int64_t terms) {
   return kU * std::fabs(sum) + double(terms + 3) * kU * abs_sum + 1e-30;
 }
 
 // dlhs [M, K] and drhs (rhs's layout) against float64 sums over the operands as the kernels read
 // them: dlhs[r, kk] = sum_n dl[r, n] * wv(j, kk, n), drhs[j, kk, nn] = sum_r xv[r, kk] * dr[r, nn].
 template <class W>
-void expect_exact_vjp(const Problem& p, const std::vector<float>& dlhs,
+void expect_exact_vjp(const VjpProblem& p, const std::vector<float>& dlhs,
                       const std::vector<float>& drhs, const std::vector<double>& dl,
                       const std::vector<double>& xv, const std::vector<double>& dr, W&& wv,
                       const std::string& what) {
@@ -115,7 +110,7 @@ void expect_exact_vjp(const Problem& p, const std::vector<float>& dlhs,
         const double t = dl[size_t(r * p.n + nn)] * wv(j, kk, nn);
         sum += t, abs_sum += std::fabs(t);
       }
-      ASSERT_LE(std::fabs(got - sum), bound(sum, abs_sum, p.n))
+      ASSERT_LE(std::fabs(got - sum), vjp_bound(sum, abs_sum, p.n))
           << what << ": dlhs[" << r << ", " << kk << "] = " << got << ", reference " << sum;
     }
   }
@@ -131,7 +126,7 @@ void expect_exact_vjp(const Problem& p, const std::vector<float>& dlhs,
           sum += t, abs_sum += std::fabs(t);
         }
         const float got = drhs[size_t(p.w_index(j, kk, nn))];
-        ASSERT_LE(std::fabs(got - sum), bound(sum, abs_sum, rows))
+        ASSERT_LE(std::fabs(got - sum), vjp_bound(sum, abs_sum, rows))
             << what << ": drhs[" << j << "][" << kk << ", " << nn << "] = " << got << ", reference "
             << sum;
       }
@@ -141,7 +136,7 @@ void expect_exact_vjp(const Problem& p, const std::vector<float>& dlhs,
 
 // Relative Frobenius distance of dlhs and drhs from the unquantized float64 VJP (rows outside the
 // active groups: zero on both sides).
-std::pair<double, double> distance_to_float_vjp(const Problem& p, const std::vector<float>& dlhs,
+std::pair<double, double> distance_to_float_vjp(const VjpProblem& p, const std::vector<float>& dlhs,
                                                 const std::vector<float>& drhs) {
   double e1 = 0, n1 = 0, e2 = 0, n2 = 0;
   for (int64_t r = 0; r < p.m; ++r) {
@@ -199,7 +194,7 @@ TEST_P(QuantVjpFp8, BlockFp8MatchesTheDequantizedReferenceAndApproximatesTheFloa
   // groups of 70, 0, 150, 0, 61 rows put boundaries at rows 70 and 220, inside 128-row blocks;
   // experts 1..4 of 5 are held (group_offset 1), so rows 0..69 belong to no active group, and
   // 9 rows to no group at all.
-  Problem p(290, 200, 136, {70, 0, 150, 0, 61}, 1, 4, c.transposed, 3 + c.transposed);
+  VjpProblem p(290, 200, 136, {70, 0, 150, 0, 61}, 1, 4, c.transposed, 3 + c.transposed);
   const int64_t M = p.m, K = p.k, N = p.n, G = p.g_local;
 
   // The activation, quantized row-wise (for the forward, not used here) and column-wise (for
@@ -310,7 +305,7 @@ INSTANTIATE_TEST_SUITE_P(GradDtypes, QuantVjpFp8,
 TEST_F(QuantVjpTest, ChannelInt8WeightsFoldTheirScalesIntoDout) {
   for (const std::optional<DType> grad :
        {std::optional<DType>{}, std::optional<DType>{DType::kF8E5M2}}) {
-    Problem p(150, 72, 40, {33, 0, 64, 50}, 0, 4, false, 21);
+    VjpProblem p(150, 72, 40, {33, 0, 64, 50}, 0, 4, false, 21);
     const int64_t M = p.m, K = p.k, N = p.n, G = p.g_local;
     QuantizeOptions wq;
     wq.dtype = DType::kI8, wq.scheme = {QuantKind::kChannel, 0, 0}, wq.axis = QuantAxis::kRows;
@@ -372,7 +367,7 @@ TEST_F(QuantVjpTest, ChannelInt8WeightsFoldTheirScalesIntoDout) {
 // the call is rejected (naming the element and the scale) before anything is written; with an
 // f32 gradient the product is computed as it is.
 TEST_F(QuantVjpTest, FoldedDoutPastTheF32RangeIsRejected) {
-  Problem p(150, 72, 40, {33, 0, 64, 50}, 0, 4, false, 23);
+  VjpProblem p(150, 72, 40, {33, 0, 64, 50}, 0, 4, false, 23);
   const int64_t M = p.m, K = p.k, N = p.n, G = p.g_local;
   QuantizeOptions wq;
   wq.dtype = DType::kI8, wq.scheme = {QuantKind::kChannel, 0, 0}, wq.axis = QuantAxis::kRows;
@@ -425,7 +420,7 @@ TEST_F(QuantVjpTest, FoldedDoutPastTheF32RangeIsRejected) {
 // Bad input: an error naming the argument and the rule, both outputs untouched.
 TEST_F(QuantVjpTest, BadInputIsRejectedBeforeAnythingIsWritten) {
   constexpr int64_t B = 32;
-  Problem p(100, 40, 48, {30, 0, 50}, 0, 3, false, 9);
+  VjpProblem p(100, 40, 48, {30, 0, 50}, 0, 3, false, 9);
   const int64_t M = p.m, K = p.k, N = p.n, G = p.g_local;
   DualQuantizeOptions dq;
   dq.dtype = DType::kF8E4M3, dq.scheme = {QuantKind::kBlock, B, 0};

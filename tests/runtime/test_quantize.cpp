@@ -571,7 +571,9 @@ TEST(QuantizeDual, EqualsTwoSingleCallsBitForBit) {
   for (DType d : kQuantized)
     for (const char* s : {"block:16", "block:32"})
       for (const char* cal : {"absmax", "fixed:-0.5:3"})
-        for (const auto& [rows, cols] : shapes) {
+        for (const auto& shape : shapes) {
+          // Plain names, not a structured binding: the lambdas below capture them (C++20 only).
+          const int64_t rows = shape.first, cols = shape.second;
           SCOPED_TRACE(std::string(to_string(d)) + " " + s + " " + cal + " [" +
                        std::to_string(rows) + ", " + std::to_string(cols) + "]");
           const int per = codes::elements_per_byte(d);
@@ -614,7 +616,7 @@ TEST(QuantizeDual, EqualsTwoSingleCallsBitForBit) {
 // ---- Bad input ------------------------------------------------------------------------------
 
 // A valid call whose arguments a test breaks one at a time; outputs are poisoned.
-struct Call {
+struct QuantizeCall {
   int64_t rows = 6, cols = 40, x_ld = 0, codes_ld = 0, scales_ld = 0;
   std::vector<float> x = random_matrix(6, 40, 40, 3);
   QuantizeOptions o;
@@ -623,7 +625,7 @@ struct Call {
   const float* xp = x.data();
   void* qp = q.data();
   float* sp = s.data();
-  Call() {
+  QuantizeCall() {
     o.dtype = DType::kI4;
     o.scheme = Quant{QuantKind::kBlock, 16, 0};
   }
@@ -637,8 +639,8 @@ struct Call {
   }
 };
 
-void expect_error(const std::function<void(Call&)>& breaks, const std::string& needle) {
-  Call call;
+void expect_error(const std::function<void(QuantizeCall&)>& breaks, const std::string& needle) {
+  QuantizeCall call;
   breaks(call);
   try {
     call.run();
@@ -650,76 +652,87 @@ void expect_error(const std::function<void(Call&)>& breaks, const std::string& n
 }
 
 TEST(QuantizeErrors, NameTheParameterAndLeaveOutputsUntouched) {
-  Call ok;
+  QuantizeCall ok;
   ok.run();  // the unbroken call works
   EXPECT_FALSE(ok.untouched());
 
-  expect_error([](Call& c) { c.o.dtype = DType::kBF16; }, "dtype=bf16 is not a quantized dtype");
-  expect_error([](Call& c) { c.o.dtype = DType(42); }, "dtype=42");
+  expect_error([](QuantizeCall& c) { c.o.dtype = DType::kBF16; },
+               "dtype=bf16 is not a quantized dtype");
+  expect_error([](QuantizeCall& c) { c.o.dtype = DType(42); }, "dtype=42");
   expect_error(
-      [](Call& c) {
+      [](QuantizeCall& c) {
         c.o.scheme = Quant{QuantKind::kBlock, 12, 0};
       },
       "scheme=block:12: block size 12 must be a power of two in [16, 8192]");
-  expect_error([](Call& c) { c.o.scheme = Quant{QuantKind::kBlock, 8, 0}; }, "block size 8");
-  expect_error([](Call& c) { c.o.scheme = Quant{QuantKind::kBlock, 16, 24}; }, "block size 24");
   expect_error(
-      [](Call& c) {
+      [](QuantizeCall& c) {
+        c.o.scheme = Quant{QuantKind::kBlock, 8, 0};
+      },
+      "block size 8");
+  expect_error(
+      [](QuantizeCall& c) {
+        c.o.scheme = Quant{QuantKind::kBlock, 16, 24};
+      },
+      "block size 24");
+  expect_error(
+      [](QuantizeCall& c) {
         c.o.scheme = Quant{QuantKind::kBlock, 16384, 0};
       },
       "block size 16384");
   expect_error(
-      [](Call& c) {
+      [](QuantizeCall& c) {
         c.o.scheme = Quant{QuantKind::kTensor, 16, 0};
       },
       "scheme=tensor: block sizes");
-  expect_error([](Call& c) { c.o.scheme = Quant{}; }, "scheme=none: dtype=i4 needs scales");
+  expect_error([](QuantizeCall& c) { c.o.scheme = Quant{}; }, "scheme=none: dtype=i4 needs scales");
   expect_error(
-      [](Call& c) {
+      [](QuantizeCall& c) {
         c.o.dtype = DType::kF8E4M3;
         c.o.scheme = Quant{};
         c.o.calibration = parse_calibration("fixed:-1:1");
       },
       "scheme=none: fixed calibration");
-  expect_error([](Call& c) { c.o.axis = QuantAxis(2); }, "axis=2");
+  expect_error([](QuantizeCall& c) { c.o.axis = QuantAxis(2); }, "axis=2");
   expect_error(
-      [](Call& c) {
+      [](QuantizeCall& c) {
         c.o.calibration = {Calibration::Kind::kFixed, 2.0, 1.0};
       },
       "calibration=fixed:2:1: lo < hi required");
   expect_error(
-      [](Call& c) {
+      [](QuantizeCall& c) {
         c.o.calibration = {Calibration::Kind::kFixed, 0.0, INFINITY};
       },
       "lo and hi must be finite");
   expect_error(
-      [](Call& c) {
+      [](QuantizeCall& c) {
         c.o.calibration = {Calibration::Kind::kFixed, -1e300, 1.0};
       },
       "overflows f32");
-  expect_error([](Call& c) { c.rows = -1; }, "rows=-1 must be >= 0");
-  expect_error([](Call& c) { c.cols = -3; }, "cols=-3 must be >= 0");
-  expect_error([](Call& c) { c.x_ld = 39; }, "x_ld=39 is less than cols=40");
-  expect_error([](Call& c) { c.x_ld = -1; }, "x_ld=-1 must be >= 0");
-  expect_error([](Call& c) { c.codes_ld = 41; },
+  expect_error([](QuantizeCall& c) { c.rows = -1; }, "rows=-1 must be >= 0");
+  expect_error([](QuantizeCall& c) { c.cols = -3; }, "cols=-3 must be >= 0");
+  expect_error([](QuantizeCall& c) { c.x_ld = 39; }, "x_ld=39 is less than cols=40");
+  expect_error([](QuantizeCall& c) { c.x_ld = -1; }, "x_ld=-1 must be >= 0");
+  expect_error([](QuantizeCall& c) { c.codes_ld = 41; },
                "codes_ld=41 is not a multiple of 2: i4 packs 2 codes per byte");
-  expect_error([](Call& c) { c.codes_ld = 38; }, "codes_ld=38 is less than cols=40");
-  expect_error([](Call& c) { c.scales_ld = 2; }, "scales_ld=2 is less than");
-  expect_error([](Call& c) { c.xp = nullptr; }, "x is null");
-  expect_error([](Call& c) { c.qp = nullptr; }, "codes is null");
-  expect_error([](Call& c) { c.sp = nullptr; }, "scales is null");
-  expect_error([](Call& c) { c.sp = reinterpret_cast<float*>(c.q.data() + 1); },
+  expect_error([](QuantizeCall& c) { c.codes_ld = 38; }, "codes_ld=38 is less than cols=40");
+  expect_error([](QuantizeCall& c) { c.scales_ld = 2; }, "scales_ld=2 is less than");
+  expect_error([](QuantizeCall& c) { c.xp = nullptr; }, "x is null");
+  expect_error([](QuantizeCall& c) { c.qp = nullptr; }, "codes is null");
+  expect_error([](QuantizeCall& c) { c.sp = nullptr; }, "scales is null");
+  expect_error([](QuantizeCall& c) { c.sp = reinterpret_cast<float*>(c.q.data() + 1); },
                "scales is not 4-byte aligned");
-  expect_error([](Call& c) { c.rows = int64_t(1) << 60; }, "x spans more than 2^62 bytes");
-  expect_error([](Call& c) { c.x[2 * 40 + 5] = std::nanf(""); }, "x[2, 5]=nan is not finite");
+  expect_error([](QuantizeCall& c) { c.rows = int64_t(1) << 60; }, "x spans more than 2^62 bytes");
+  expect_error([](QuantizeCall& c) { c.x[2 * 40 + 5] = std::nanf(""); },
+               "x[2, 5]=nan is not finite");
   expect_error(
-      [](Call& c) {
+      [](QuantizeCall& c) {
         c.x[4 * 40 + 1] = -INFINITY;
         c.x[5 * 40] = INFINITY;
       },
       "x[4, 1]=-inf is not finite");
-  expect_error([](Call& c) { c.qp = const_cast<float*>(c.x.data() + 3); }, "codes overlaps x");
-  expect_error([](Call& c) { c.sp = reinterpret_cast<float*>(c.q.data() + 64); },
+  expect_error([](QuantizeCall& c) { c.qp = const_cast<float*>(c.x.data() + 3); },
+               "codes overlaps x");
+  expect_error([](QuantizeCall& c) { c.sp = reinterpret_cast<float*>(c.q.data() + 64); },
                "scales overlaps codes");
 }
 

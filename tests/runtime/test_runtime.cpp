@@ -19,24 +19,23 @@
 #include "gmmgen/verify/reference.h"
 #include "jit/disk_cache.h"
 #include "jit/toolchain.h"
-#include "test_kernels.h"
-#include "test_kernels_avx2.h"
-#include "test_kernels_avx512bf16.h"
-#include "test_kernels_generic.h"
+#include "runtime_fixtures.h"
+#include "smoke_kernels.h"
+#include "smoke_kernels_avx2.h"
+#include "smoke_kernels_avx512bf16.h"
+#include "smoke_kernels_generic.h"
 
 namespace gmmgen {
 namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh, private cache folder per test, removed afterwards.
+// A fresh, private cache folder per test (mkdtemp), removed afterwards.
 class RuntimeTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("gmmgen_rt_" + std::string(info->name()) + "_" + std::to_string(getpid()));
-    fs::remove_all(dir_);
+    dir_ = testing::make_private_dir("gmmgen_rt");
+    ASSERT_FALSE(dir_.empty()) << "mkdtemp failed";
     setenv("GMMGEN_CACHE_DIR", dir_.c_str(), 1);
     unsetenv("GMMGEN_CXX");
     unsetenv("GMMGEN_CXXFLAGS");
@@ -285,9 +284,9 @@ TEST_F(RuntimeTest, CompiledInKernelsComeFirst) {
   RuntimeOptions o = options();
   o.jit = false;  // nothing may be compiled: the registry must serve the call
   Runtime rt(o);
-  rt.register_kernels(test_kernels_kernels, test_kernels_kernel_count);
+  rt.register_kernels(smoke_kernels_kernels, smoke_kernels_kernel_count);
   // The test set's first kernel: f32, k=37, n=29, g=5, tm=8, tk=16, tn=8.
-  const KernelSpec s = parse_text(test_kernels_kernels[0].info()->spec);
+  const KernelSpec s = parse_text(smoke_kernels_kernels[0].info()->spec);
   Problem p(50, s.k, s.n, s.g);
   p.run(rt, tiled(s.tiling.tm, s.tiling.tk, s.tiling.tn));
   p.expect_correct();
@@ -301,8 +300,8 @@ TEST_F(RuntimeTest, CompiledInKernelServesItsProblemWhateverItsTiling) {
   RuntimeOptions o = options();
   o.jit = false;
   Runtime rt(o);
-  rt.register_kernels(test_kernels_kernels, test_kernels_kernel_count);
-  const gmmgen_kernel_info* info = test_kernels_kernels[0].info();
+  rt.register_kernels(smoke_kernels_kernels, smoke_kernels_kernel_count);
+  const gmmgen_kernel_info* info = smoke_kernels_kernels[0].info();
   const KernelSpec s = parse_text(info->spec);
   ASSERT_NE(default_tiling(s), s.tiling) << "the test needs a non-heuristic tiling";
   Problem p(50, s.k, s.n, s.g);
@@ -330,10 +329,10 @@ TEST_F(RuntimeTest, CompiledInFamiliesBestFirst) {
   RuntimeOptions o = options();
   o.jit = false;
   Runtime rt(o);
-  rt.register_kernels(test_kernels_generic_kernels, test_kernels_generic_kernel_count);
-  rt.register_kernels(test_kernels_avx2_kernels, test_kernels_avx2_kernel_count);
-  rt.register_kernels(test_kernels_avx512bf16_kernels, test_kernels_avx512bf16_kernel_count);
-  const KernelSpec s = parse_text(test_kernels_generic_kernels[0].info()->spec);
+  rt.register_kernels(smoke_kernels_generic_kernels, smoke_kernels_generic_kernel_count);
+  rt.register_kernels(smoke_kernels_avx2_kernels, smoke_kernels_avx2_kernel_count);
+  rt.register_kernels(smoke_kernels_avx512bf16_kernels, smoke_kernels_avx512bf16_kernel_count);
+  const KernelSpec s = parse_text(smoke_kernels_generic_kernels[0].info()->spec);
   Problem p(50, s.k, s.n, s.g);
   KernelSpec problem = rt.gmm_spec(p.lhs_view(), p.rhs_view(), p.sizes, p.out_view());
   // The kernel the call gets: the best family this CPU runs among the registered ones.

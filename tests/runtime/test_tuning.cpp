@@ -13,6 +13,7 @@
 #include "gmmgen/heuristics.h"
 #include "gmmgen/runtime.hpp"
 #include "gmmgen/verify/reference.h"
+#include "scratch.h"
 #include "tuning/table.h"
 #include "tuning/tables.h"
 
@@ -365,21 +366,14 @@ TEST(TuningTable, RejectsWhatItCannotReadNamingTheRule) {
 class TuningDirs : public ::testing::Test {
  protected:
   void SetUp() override {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    dir_ = fs::temp_directory_path() /
-           ("gmmgen_tuning_" + std::string(info->name()) + "_" + std::to_string(getpid()));
-    fs::remove_all(dir_);
+    dir_ = scratch_.path;
     fs::create_directories(dir_ / "env");
     fs::create_directories(dir_ / "cache" / "tuning");
     setenv("GMMGEN_CACHE_DIR", (dir_ / "cache").c_str(), 1);
     unsetenv("GMMGEN_TUNING_DIR");
     unsetenv("GMMGEN_DISABLE_JIT");
   }
-  void TearDown() override {
-    unsetenv("GMMGEN_TUNING_DIR");
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
+  void TearDown() override { unsetenv("GMMGEN_TUNING_DIR"); }
   static void write(const fs::path& p, const std::string& text) { std::ofstream(p) << text; }
   // A tables object over the env folder, the cache folder and one "shipped" text.
   struct Loaded {
@@ -401,6 +395,7 @@ class TuningDirs : public ::testing::Test {
   static std::string host_table(const std::vector<tuning::Entry>& entries) {
     return tuning::dump_table(table_of(entries));
   }
+  testing::Scratch scratch_{"gmmgen_tuning"};
   fs::path dir_;
   std::string shipped_text_;
 };
@@ -551,11 +546,11 @@ TEST_F(TuningDirs, TablesForAFamilyThisCpuCannotRunAreSkipped) {
 // ---- Dispatch through a table
 // --------------------------------------------------------------------
 
-struct Call {
+struct TunedCall {
   int64_t m = 61, k = 40, n = 24, g = 3;
   std::vector<float> lhs, rhs, out;
   std::vector<int32_t> sizes{20, 0, 38};  // 58 rows in groups: 19.3 rows per group
-  Call() {
+  TunedCall() {
     std::mt19937_64 rng(7);
     std::uniform_real_distribution<float> u(-1, 1);
     lhs.resize(size_t(m * k));
@@ -581,7 +576,7 @@ struct Call {
 };
 
 TEST_F(TuningDirs, DispatchUsesTheTableEntryAndStaysCorrect) {
-  Call c;
+  TunedCall c;
   const KernelSpec a = problem(c.k, c.n, c.g);
   const Tiling tuned{8, 16, 8};
   ASSERT_NE(tuned, default_tiling(a));
@@ -596,11 +591,11 @@ TEST_F(TuningDirs, DispatchUsesTheTableEntryAndStaysCorrect) {
   setenv("GMMGEN_TUNING_DIR", (dir_ / "env").c_str(), 1);
   RuntimeOptions o;
   o.num_threads = 2, o.log = true;
-  testing::internal::CaptureStderr();
+  ::testing::internal::CaptureStderr();
   Runtime rt(o);
   EXPECT_EQ(tuned, rt.gmm_spec(c.l(), c.r(), c.sizes, c.o()).tiling);
   rt.gmm(c.l(), c.r(), c.sizes, c.o());
-  const std::string log = testing::internal::GetCapturedStderr();
+  const std::string log = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(
       log.find("tuning: " + tuning::problem_text(a) + " at 19.3 rows/group: tm=8,tk=16,tn=8 from " +
                (dir_ / "cache" / "tuning" / "host.json").string() + " rows_per_group [16, 32)"),
@@ -635,14 +630,14 @@ TEST_F(TuningDirs, DispatchUsesTheTableEntryAndStaysCorrect) {
 }
 
 TEST_F(TuningDirs, CorruptTableInTheCacheNeverChangesAResult) {
-  Call c;
+  TunedCall c;
   write(dir_ / "cache" / "tuning" / "broken.json", "{\"version\": 1, \"device\": {");
   RuntimeOptions o;
   o.num_threads = 2;
-  testing::internal::CaptureStderr();
+  ::testing::internal::CaptureStderr();
   Runtime rt(o);
   rt.gmm(c.l(), c.r(), c.sizes, c.o());
-  const std::string err = testing::internal::GetCapturedStderr();
+  const std::string err = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(err.find("gmm-gen: warning: tuning table ignored: " +
                      (dir_ / "cache" / "tuning" / "broken.json").string() + ": not JSON"),
             std::string::npos)

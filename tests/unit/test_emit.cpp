@@ -12,18 +12,15 @@
 #include "gmmgen/heuristics.h"
 #include "gmmgen/templates.h"
 #include "render.h"
+#include "scratch.h"
 
 namespace gmmgen {
 namespace {
 
 namespace fs = std::filesystem;
 
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing::read_file;
+using testing::Scratch;
 
 std::vector<KernelSpec> default_specs() {
   return load_spec_file(fs::path(GMMGEN_SOURCE_DIR) / "generated/specs.json");
@@ -122,7 +119,8 @@ TEST(Emit, BundleRules) {
 }
 
 TEST(Emit, SpecFileErrorsNameFileAndEntry) {
-  const fs::path p = fs::temp_directory_path() / "gmmgen_bad_specs.json";
+  const Scratch dir("gmmgen_emit");
+  const fs::path p = dir.path / "bad_specs.json";
   std::ofstream(p) << R"({"kernels": [{"k": 8, "n": 8, "g": 2}, {"k": 8, "n": 8}]})";
   try {
     load_spec_file(p);
@@ -133,7 +131,6 @@ TEST(Emit, SpecFileErrorsNameFileAndEntry) {
   }
   std::ofstream(p) << "{not json";
   EXPECT_THROW(load_spec_file(p), SpecError);
-  fs::remove(p);
 }
 
 }  // namespace
@@ -144,18 +141,10 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// A fresh folder for one test, removed afterwards.
-struct ScratchDir {
-  fs::path path;
-  ScratchDir() {
-    std::string templ = (fs::temp_directory_path() / "gmmgen_emit_XXXXXX").string();
-    path = mkdtemp(templ.data());
-  }
-  ~ScratchDir() { fs::remove_all(path); }
-};
+using testing::Scratch;
 
 TEST(Write, UnchangedFilesAreNotRewrittenAndStaleOnesRemoved) {
-  const ScratchDir dir;
+  const Scratch dir("gmmgen_emit");
   const auto a = parse_text("k=32,n=16,g=2,lhs=f32,rhs=f32");
   const auto b = parse_text("k=32,n=24,g=2,lhs=f32,rhs=f32");
   WriteReport r = write_files(dir.path, emit_set({a, b}, "set"));
@@ -188,7 +177,7 @@ TEST(Write, UnchangedFilesAreNotRewrittenAndStaleOnesRemoved) {
 }
 
 TEST(Write, ASymlinkInPlaceOfAnOutputIsReplacedNotFollowed) {
-  const ScratchDir dir;
+  const Scratch dir("gmmgen_emit");
   const auto files = emit_set({parse_text("k=32,n=16,g=2,lhs=f32,rhs=f32")});
   const fs::path victim = dir.path / "victim.txt";
   std::ofstream(victim) << "keep me";
@@ -264,12 +253,6 @@ TEST(Emit, BundleHasOneTranslationUnitPerEntry) {
             manifest["translation_units"][2]["compile_flags"]);
   EXPECT_EQ(kernel_name(b), manifest["translation_units"][2]["kernel"]);
   EXPECT_FALSE(manifest["translation_units"][3].contains("kernel"));
-}
-
-fs::path write_temp(const std::string& name, const std::string& text) {
-  const fs::path p = fs::temp_directory_path() / name;
-  std::ofstream(p) << text;
-  return p;
 }
 
 // An entry may carry an alias: {"spec": text or object, "alias": ...}, or a JSON spec object
@@ -362,9 +345,10 @@ TEST(Emit, BadAliasesAreNamed) {
         "set_kernels",
         std::string(e.what()));
   }
-  const fs::path file = write_temp("gmmgen_alias_ok.json", "[" + entry("\"ok\"") + "]");
+  const Scratch dir("gmmgen_emit");
+  const fs::path file = dir.path / "alias_ok.json";
+  testing::write_file(file, "[" + entry("\"ok\"") + "]");
   EXPECT_EQ("ok", load_spec_entries(file).at(0).alias);
-  fs::remove(file);
 }
 
 // gmmgen_add_kernels (cmake/GmmgenEmit.cmake) adds each entry's ISA flags at configure time,

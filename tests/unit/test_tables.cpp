@@ -15,7 +15,8 @@
 namespace gmmgen {
 namespace {
 
-std::string read_file(const std::string& rel) {
+// A file of the source tree, by its path relative to the root.
+std::string read_source(const std::string& rel) {
   std::ifstream in(std::string(GMMGEN_SOURCE_DIR) + "/" + rel, std::ios::binary);
   std::stringstream ss;
   ss << in.rdbuf();
@@ -103,7 +104,7 @@ TEST(FieldTable, ProblemKeyIgnoresTilingAndImplementation) {
 // The README's spec table is the field table's (refresh: cmake --build build --target
 // regenerate).
 TEST(Readme, SpecTableIsTheFieldTable) {
-  const std::string readme = read_file("README.md");
+  const std::string readme = read_source("README.md");
   EXPECT_NE(readme.find("<!-- spec-fields:begin -->\n" + spec_fields_markdown() +
                         "<!-- spec-fields:end -->"),
             std::string::npos)
@@ -151,8 +152,8 @@ std::vector<std::string> header_struct_fields(const std::string& header, const s
 // Every field of gmmgen_kernel_info is set by name in the kernels' info partial: a field added to
 // the header and forgotten there would silently stay zero in every kernel.
 TEST(AbiTables, InfoPartialSetsEveryKernelInfoField) {
-  const std::string header = read_file("runtime/include/gmmgen/kernel_abi.h");
-  const std::string info = read_file("templates/cpp/common/info.inc.mustache");
+  const std::string header = read_source("runtime/include/gmmgen/kernel_abi.h");
+  const std::string info = read_source("templates/cpp/common/info.inc.mustache");
   const std::vector<std::string> fields = header_struct_fields(header, "gmmgen_kernel_info");
   ASSERT_GT(fields.size(), 10u);
   for (const std::string& f : fields)
@@ -182,8 +183,8 @@ std::vector<std::string> readme_names(const std::string& readme, const std::stri
 }
 
 TEST(Readme, AbiSectionAgreesWithTheHeader) {
-  const std::string readme = read_file("README.md");
-  const std::string header = read_file("runtime/include/gmmgen/kernel_abi.h");
+  const std::string readme = read_source("README.md");
+  const std::string header = read_source("runtime/include/gmmgen/kernel_abi.h");
   // gmmgen_args: the rows of its table name every field, in order.
   EXPECT_EQ(header_struct_fields(header, "gmmgen_args"),
             readme_names(readme, "<!-- abi-args:begin -->", "<!-- abi-args:end -->"));

@@ -95,4 +95,13 @@ CheckResult check_kernel(const gmmgen_kernel_entry& fns, const KernelSpec& spec,
 // active groups.
 std::vector<CheckCase> standard_cases(const KernelSpec& spec, uint64_t seed);
 
+// The quick subset of standard_cases (verify --quick, the sanitizer build's kernel tests): most
+// telling first, as many as fit in 2^28 generated operand elements (at least one): M=97 with
+// random group sizes (partial tiles, rows past sum(group_sizes), strided lhs); M=97 skewed with
+// empty groups (exact inputs); the largest M (several m-tiles), uniform; M=97 with many tiny and
+// with uniform group sizes; M=1 -- each at every shard offset of a sharded kernel -- and, for
+// tgmm with block scales, the scale-block cases. It drops M=0, M=tm-1, and the other
+// distributions at M=1 and the largest M.
+std::vector<CheckCase> quick_cases(const KernelSpec& spec, uint64_t seed);
+
 }  // namespace gmmgen

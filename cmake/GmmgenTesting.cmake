@@ -1,0 +1,77 @@
+# Labels of gmm-gen's own tests (not installed). Every ctest entry carries two kinds of label:
+#   - its subject: the test folder it comes from (unit, kernels, runtime, cli, pallas, python,
+#     consumers, examples, fuzz);
+#   - the tiers that run it. The tiers nest: a `smoke` test also carries `ci` and `full`, a `ci`
+#     test also `full`, a `full` test only `full`. So `ctest -L '^ci$'` runs the ci tier, and
+#     `ctest -L '^full$'` runs everything.
+# A test's tier is the first of its tier labels; README.md ("Tests") says what goes in each.
+include_guard(GLOBAL)
+include(GoogleTest)
+
+set(_GMMGEN_TEST_SUBJECTS unit kernels runtime cli pallas python consumers examples fuzz)
+set(_GMMGEN_TIER_LABELS_smoke smoke ci full)
+set(_GMMGEN_TIER_LABELS_ci ci full)
+set(_GMMGEN_TIER_LABELS_full full)
+
+# gmmgen_test_labels(<tier> <subject> <label-var>): the labels of a test of this tier and subject.
+function(gmmgen_test_labels tier subject out)
+  if(NOT DEFINED _GMMGEN_TIER_LABELS_${tier})
+    message(FATAL_ERROR "gmm-gen tests: tier '${tier}' is not smoke, ci or full")
+  endif()
+  if(NOT subject IN_LIST _GMMGEN_TEST_SUBJECTS)
+    message(FATAL_ERROR "gmm-gen tests: subject '${subject}' is not one of ${_GMMGEN_TEST_SUBJECTS}")
+  endif()
+  set(${out} ${subject} ${_GMMGEN_TIER_LABELS_${tier}} PARENT_SCOPE)
+endfunction()
+
+# gmmgen_label_tests(TIER <tier> SUBJECT <subject> TESTS <name>...): labels tests made by
+# add_test().
+function(gmmgen_label_tests)
+  cmake_parse_arguments(ARG "" "TIER;SUBJECT" "TESTS" ${ARGN})
+  gmmgen_test_labels(${ARG_TIER} ${ARG_SUBJECT} labels)
+  set_tests_properties(${ARG_TESTS} PROPERTIES LABELS "${labels}")
+endfunction()
+
+# gmmgen_add_gtests(<executable> SUBJECT <subject> [SMOKE <pattern>...] [FULL <pattern>...]
+#                   [TIMEOUT <seconds>] [ENVIRONMENT <NAME=value>...])
+# One ctest entry per test of a GoogleTest executable, labelled: tests matching a SMOKE pattern
+# are tier smoke, those matching a FULL pattern tier full, the rest tier ci. Patterns are
+# GoogleTest filter patterns (`*` and `?`) over the full test name, e.g. `Suite.Name`,
+# `Instance/Suite.Name/*`; a test must not match both lists.
+# (The labels and the environment, lists, are set by a file ctest reads after the discovered
+# tests: gtest_discover_tests' PROPERTIES would split them into separate values.)
+function(gmmgen_add_gtests exe)
+  cmake_parse_arguments(ARG "" "SUBJECT;TIMEOUT" "SMOKE;FULL;ENVIRONMENT" ${ARGN})
+  if(NOT ARG_SUBJECT)
+    message(FATAL_ERROR "gmmgen_add_gtests(${exe}): SUBJECT is required")
+  endif()
+  if(NOT ARG_TIMEOUT)
+    set(ARG_TIMEOUT 600)
+  endif()
+  list(JOIN ARG_SMOKE ":" smoke)
+  list(JOIN ARG_FULL ":" full)
+  set(ci "*")
+  if(smoke OR full)
+    set(ci "*-${smoke}")
+    if(smoke AND full)
+      string(APPEND ci ":")
+    endif()
+    string(APPEND ci "${full}")
+  endif()
+  set(script "")
+  foreach(tier smoke ci full)
+    if(NOT ${tier})
+      continue()
+    endif()
+    gmmgen_test_labels(${tier} ${ARG_SUBJECT} labels)
+    set(list_var "gmmgen_${exe}_${tier}_tests")
+    gtest_discover_tests(${exe} TEST_FILTER "${${tier}}" DISCOVERY_TIMEOUT 60
+                         TEST_LIST ${list_var} PROPERTIES TIMEOUT ${ARG_TIMEOUT})
+    string(APPEND script "if(${list_var})\n  set_tests_properties(\${${list_var}} PROPERTIES\n"
+                         "    LABELS [==[${labels}]==] ENVIRONMENT [==[${ARG_ENVIRONMENT}]==])\n"
+                         "endif()\n")
+  endforeach()
+  set(file "${CMAKE_CURRENT_BINARY_DIR}/${exe}_labels.cmake")
+  file(WRITE "${file}" "${script}")
+  set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES "${file}")
+endfunction()
