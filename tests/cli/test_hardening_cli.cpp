@@ -227,6 +227,41 @@ TEST(HardeningCli, EmitNeverFollowsPlantedSymlinks) {
   }
 }
 
+// A shared output folder (mode 0777) where another user planted a symlinked subfolder and a
+// manifest naming a file behind it: emit removes nothing outside the folder; a symlink at the
+// cpp/ subfolder stops emit with an error naming it, and nothing lands behind it.
+TEST(HardeningCli, EmitIntoASharedFolderNeverReachesThroughASymlinkedSubfolder) {
+  if (!is_root()) GTEST_SKIP() << "needs root to act as a second user (setpriv)";
+  const Scratch dir;
+  ASSERT_EQ(0, chmod(dir.path.c_str(), 0755));
+  const fs::path out = dir.path / "shared", victim = dir.path / "victim";
+  fs::create_directory(out);
+  ASSERT_EQ(0, chmod(out.c_str(), 0777));
+  fs::create_directory(victim);
+  write_file(victim / "precious", "keep me\n");
+  const std::string as_nobody =
+      std::string("setpriv --reuid=") + kNobody + " --regid=" + kNobody + " --clear-groups ";
+  const std::string o = sh_quote(out.string()), v = sh_quote(victim.string());
+  const std::string emit = std::string(" && exec ") + GMMGEN_CLI +
+                           " emit --spec k=16,n=16,g=2,lhs=f32,rhs=f32 --out " + o;
+  ProcessResult r =
+      run_process({"sh", "-c",
+                   as_nobody + "ln -s " + v + " " + o + "/evil && " + as_nobody + "sh -c \"echo " +
+                       sh_quote(R"({"kernels":[{"files":["evil/precious"]}]})") + " > " + o +
+                       "/manifest.json\"" + emit});
+  ASSERT_EQ(0, r.status) << r.output;
+  EXPECT_EQ("keep me\n", read_file(victim / "precious"));
+  EXPECT_TRUE(fs::exists(out / "cpp"));
+
+  fs::remove_all(out / "cpp");
+  r = run_process({"sh", "-c", as_nobody + "ln -s " + v + " " + o + "/cpp" + emit});
+  EXPECT_EQ(1, r.status) << r.output;
+  EXPECT_NE(r.output.find((out / "cpp").string() + " is not a folder"), std::string::npos)
+      << r.output;
+  EXPECT_EQ(1, std::distance(fs::directory_iterator(victim), fs::directory_iterator()))
+      << "emit wrote behind the planted cpp/ symlink";
+}
+
 // What verify writes outside the disk cache (the kernels of a family this CPU cannot run, which
 // it compiles but never loads; Pallas modules) goes only into a fresh mkdtemp folder: a folder
 // another user made at a name verify once used (`gmm-gen-verify-<pid>`, with the very pid of the

@@ -190,6 +190,49 @@ TEST(Write, ASymlinkInPlaceOfAnOutputIsReplacedNotFollowed) {
   EXPECT_EQ("keep me", content);
 }
 
+// A manifest planted in a shared output folder names files behind a symlinked subfolder, above
+// the folder and at absolute paths: none of them is removed, only regular files reached through
+// real folders are.
+TEST(Write, StaleFilesAreRemovedOnlyInsideTheFolderNeverThroughASymlink) {
+  const Scratch dir("gmmgen_emit"), elsewhere("gmmgen_emit_victim");
+  const fs::path precious = elsewhere.path / "precious";
+  testing::write_file(precious, "keep me");
+  fs::create_symlink(elsewhere.path, dir.path / "evil");
+  fs::create_directories(dir.path / "real");
+  testing::write_file(dir.path / "real" / "stale", "from an earlier emission");
+  const std::string up = "../" + elsewhere.path.filename().string() + "/precious";
+  testing::write_file(dir.path / "manifest.json",
+                      R"({"kernels":[{"files":["evil/precious", ")" + up + R"(", ")" +
+                          precious.string() + R"(", "evil/../real/stale", "real/stale"]}]})");
+  const WriteReport r =
+      write_files(dir.path, emit_set({parse_text("k=16,n=16,g=2,lhs=f32,rhs=f32")}));
+  EXPECT_EQ("keep me", read_file(precious));
+  EXPECT_EQ(std::vector<std::string>{"real/stale"}, r.removed);
+  EXPECT_FALSE(fs::exists(dir.path / "real" / "stale"));
+}
+
+// A subfolder of the output replaced by a symlink (or a file) stops the write: nothing lands
+// behind it, nothing else is written, and the error names the subfolder.
+TEST(Write, ASymlinkedSubfolderIsRefusedAndNothingIsWritten) {
+  const Scratch dir("gmmgen_emit"), elsewhere("gmmgen_emit_victim");
+  fs::create_symlink(elsewhere.path, dir.path / "cpp");
+  const auto files = emit_set({parse_text("k=16,n=16,g=2,lhs=f32,rhs=f32")});
+  try {
+    write_files(dir.path, files);
+    ADD_FAILURE() << "wrote through a symlinked cpp/";
+  } catch (const WriteError& e) {
+    EXPECT_NE(std::string(e.what()).find((dir.path / "cpp").string() + " is not a folder"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_TRUE(fs::is_empty(elsewhere.path));
+  EXPECT_FALSE(fs::exists(dir.path / "manifest.json"));
+  fs::remove(dir.path / "cpp");
+  testing::write_file(dir.path / "cpp", "a file where a folder goes");
+  EXPECT_THROW(write_files(dir.path, files), WriteError);
+  EXPECT_FALSE(fs::exists(dir.path / "manifest.json"));
+}
+
 // A kernel's hash covers the templates it is made of and no others: editing the tgmm template
 // or another family's micro-kernel must not rename a gmm avx2 kernel.
 TEST(Emit, HashCoversOnlyTheTemplatesAKernelUses) {
