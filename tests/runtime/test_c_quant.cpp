@@ -342,6 +342,16 @@ TEST_F(CQuant, BadScalesAreRejectedNamingTheFieldAndLeaveTheOutputUntouched) {
   expect_rejected(o, "block:BxB (2-D blocks) is for gmm's rhs");
   o = good, o.rhs_scales.ld = 8;  // below the row length N
   expect_rejected(o, "rhs_scale_ld=8 is below the row length 32");
+  // Leading dimensions no memory can have: expert 1's scales would lie 2^62 bytes on, or the
+  // index would wrap to before the array. Rejected before a scale is read.
+  for (const int64_t huge : {int64_t{1} << 60, INT64_MAX, INT64_MAX / 4 + 1}) {
+    o = good, o.rhs_scales.ld = huge;
+    expect_rejected(o, "rhs_scale_ld=" + std::to_string(huge) +
+                           " makes rhs_scale span more than the address space");
+    o = good, o.lhs_scales.ld = huge;
+    expect_rejected(o, "lhs_scale_ld=" + std::to_string(huge) +
+                           " makes lhs_scale span more than the address space");
+  }
   std::vector<float> nan_scales = rhs.scales;
   nan_scales[size_t(N + 3)] = std::nanf("");  // expert 1, column 3: read
   o = good, o.rhs_scales.data = nan_scales.data();

@@ -624,6 +624,10 @@ void for_each_active_group(std::span<const int32_t> sizes, int32_t offset, int64
   }
 }
 
+// No process has memory at or above 2^57 (the kernels' checks use the same bound): an array
+// reaching there is not in memory, whatever its leading dimension says.
+constexpr uint64_t kAddressLimit = uint64_t(1) << 57;
+
 // Presence, alignment and leading dimension of a scale array of `rows` rows of `row` floats.
 void check_scale_array(const std::string& name, const Scales& s, int64_t rows, int64_t row) {
   if (s.scheme.kind == QuantKind::kNone) {
@@ -640,7 +644,8 @@ void check_scale_array(const std::string& name, const Scales& s, int64_t rows, i
   int64_t bytes = 0;
   if (__builtin_mul_overflow(rows - 1, s.ld ? s.ld : row, &bytes) ||
       __builtin_add_overflow(bytes, row, &bytes) || __builtin_mul_overflow(bytes, 4, &bytes) ||
-      uintptr_t(bytes) > UINTPTR_MAX - reinterpret_cast<uintptr_t>(s.data))
+      uint64_t(bytes) > kAddressLimit ||
+      uint64_t(reinterpret_cast<uintptr_t>(s.data)) > kAddressLimit - uint64_t(bytes))
     throw InvalidArgument(name + ".ld=" + std::to_string(s.ld) +
                           " makes the scales span more than the address space");
 }
