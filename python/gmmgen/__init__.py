@@ -162,28 +162,92 @@ def dequantize(q):
     """The f32 values decode(code) * scale of a Quantized, shaped like the quantized x."""
     if not isinstance(q, Quantized):
         raise TypeError(f"q must be a gmmgen.Quantized, got {type(q).__name__}")
+    lay = _layout(q, "q")
+    codes = _codes(q, lay, "q")
+    scales = _scales(q, lay, "q")
     rows, cols = q.shape[-2], q.shape[-1]
-    batch = q.shape[0] if len(q.shape) == 3 else 1
-    whole = len(q.shape) == 2 or q.scheme == "tensor"
-    q_rows = rows * batch if whole else rows
-    srows, scols = _gmmgen.scale_shape(q.scheme, q.axis, q_rows, cols)
-    code = DTYPE_CODES[q.dtype]
-    codes_ld = _gmmgen.packed_codes_ld(code, cols)
-    row_bytes = codes_ld * DTYPE_BITS[q.dtype] // 8
-    codes = _contiguous(q.codes, (*q.shape[:-1], row_bytes), "q.codes")
-    scales = None if q.scales is None else \
-        _contiguous(q.scales, tuple(q.scales.shape), "q.scales")
     x = _arrays.empty(_arrays.kind_of(q.codes), q.shape, "f32")
     cbase, sbase = _arrays.address(codes), _arrays.address(scales) if scales is not None else 0
-    if whole:
-        _gmmgen.dequantize(cbase, codes_ld, sbase, q_rows, cols, code, q.scheme, q.axis,
-                           _arrays.address(x))
+    if lay.whole:
+        _gmmgen.dequantize(cbase, lay.codes_ld, sbase, lay.q_rows, cols, lay.code, q.scheme,
+                           q.axis, _arrays.address(x))
     else:
-        for g in range(batch):
-            _gmmgen.dequantize(cbase + g * rows * row_bytes, codes_ld,
-                               sbase + 4 * g * srows * scols, rows, cols, code, q.scheme, q.axis,
-                               _arrays.address(x) + 4 * g * rows * cols)
+        for g in range(lay.batch):
+            _gmmgen.dequantize(cbase + g * rows * lay.row_bytes, lay.codes_ld,
+                               sbase + 4 * g * lay.srows * lay.scols, rows, cols, lay.code,
+                               q.scheme, q.axis, _arrays.address(x) + 4 * g * rows * cols)
     return x
+
+
+class _Layout:
+    """What a Quantized's fields imply: the codes' and the scales' shapes (scale_shape None for
+    scheme none), and the per-call quantities dequantize and the kernels read them with."""
+    __slots__ = ("code", "codes_ld", "row_bytes", "codes_shape", "whole", "batch", "q_rows",
+                 "srows", "scols", "scale_shape")
+
+
+def _layout(q, name):
+    """Checks a Quantized's dtype, scheme, axis and shape (a ValueError naming the field) and
+    returns its _Layout."""
+    if not isinstance(q.dtype, str) or q.dtype not in DTYPE_CODES or \
+            q.dtype in ("f32", "bf16", "f16"):
+        raise ValueError(f"{name}.dtype={q.dtype!r} must be a quantized dtype: i8, i4, nf4, t2, "
+                         f"f8e4m3 or f8e5m2")
+    if not isinstance(q.scheme, str):
+        raise ValueError(f"{name}.scheme={q.scheme!r} must be a string, e.g. 'block:128'")
+    if q.axis not in (0, 1) or isinstance(q.axis, bool):
+        raise ValueError(f"{name}.axis={q.axis!r} must be 0 (rows) or 1 (columns)")
+    shape = q.shape
+    if len(shape) not in (2, 3) or \
+            not all(isinstance(d, (int, np.integer)) and d >= 0 for d in shape):
+        raise ValueError(f"{name}.shape={shape!r} must be 2 or 3 sizes >= 0")
+    lay = _Layout()
+    rows, cols = int(shape[-2]), int(shape[-1])
+    lay.batch = int(shape[0]) if len(shape) == 3 else 1
+    lay.whole = len(shape) == 2 or q.scheme == "tensor"  # one call over every row
+    lay.q_rows = rows * lay.batch if lay.whole else rows
+    lay.srows, lay.scols = _gmmgen.scale_shape(q.scheme, q.axis, lay.q_rows, cols)
+    lay.code = DTYPE_CODES[q.dtype]
+    lay.codes_ld = _gmmgen.packed_codes_ld(lay.code, cols)
+    lay.row_bytes = lay.codes_ld * DTYPE_BITS[q.dtype] // 8
+    lay.codes_shape = (*shape[:-1], lay.row_bytes)
+    lay.scale_shape = None if lay.srows * lay.scols == 0 else \
+        (lay.srows, lay.scols) if lay.whole and len(shape) == 2 else \
+        (1, 1) if lay.whole else (lay.batch, lay.srows, lay.scols)
+    return lay
+
+
+def _codes(q, lay, name):
+    """A Quantized's codes, checked (shape, one byte per element) and made contiguous."""
+    if not hasattr(q.codes, "shape") or not hasattr(q.codes, "dtype"):
+        raise ValueError(f"{name}.codes must be a numpy array or torch tensor, got "
+                         f"{type(q.codes).__name__}")
+    codes = _contiguous(q.codes, lay.codes_shape, f"{name}.codes")
+    if (codes.dtype not in (np.int8, np.uint8) if isinstance(codes, np.ndarray)
+            else codes.dtype not in (_arrays.torch_module().int8, _arrays.torch_module().uint8)):
+        raise ValueError(f"{name}.codes must be int8 or uint8 (one byte per element), got "
+                         f"{codes.dtype}")
+    return codes
+
+
+def _scales(q, lay, name):
+    """A Quantized's scales, checked against its scheme (shape as quantize makes it, float32)
+    and made contiguous; None for scheme none."""
+    if lay.scale_shape is None:
+        if q.scales is not None:
+            raise ValueError(f"{name}.scales must be None: scheme {q.scheme} has no scales")
+        return None
+    if q.scales is None:
+        raise ValueError(f"{name}.scales is None: scheme {q.scheme} needs scales of shape "
+                         f"{lay.scale_shape}")
+    if not hasattr(q.scales, "shape") or not hasattr(q.scales, "dtype"):
+        raise ValueError(f"{name}.scales must be a numpy array or torch tensor, got "
+                         f"{type(q.scales).__name__}")
+    scales = _contiguous(q.scales, lay.scale_shape, f"{name}.scales")
+    if (scales.dtype != np.float32 if isinstance(scales, np.ndarray)
+            else scales.dtype != _arrays.torch_module().float32):
+        raise ValueError(f"{name}.scales must be float32, got {scales.dtype}")
+    return scales
 
 
 def _contiguous(a, shape, name):
@@ -206,20 +270,14 @@ class _Arg:
         if isinstance(x, Quantized):
             if writable:
                 raise ValueError(f"{name} cannot be a Quantized")
-            codes_ld = _gmmgen.packed_codes_ld(DTYPE_CODES[x.dtype], x.shape[-1])
-            row_bytes = codes_ld * DTYPE_BITS[x.dtype] // 8
-            codes = _contiguous(x.codes, (*x.shape[:-1], row_bytes), f"{name}.codes")
-            self.keep.append(codes)
+            lay = _layout(x, name)
+            codes = _codes(x, lay, name)
+            scales = _scales(x, lay, name)
+            self.keep += [codes, scales]
             self.dtype, self.shape, self.quant = x.dtype, x.shape, x
-            self.view = (_arrays.address(codes), DTYPE_CODES[x.dtype], list(x.shape), codes_ld)
-            self.scales = None
-            if x.scales is not None:
-                scales = _contiguous(x.scales, tuple(x.scales.shape), f"{name}.scales")
-                if (scales.dtype != np.float32 if isinstance(scales, np.ndarray)
-                        else scales.dtype != _arrays.torch_module().float32):
-                    raise ValueError(f"{name}.scales must be float32, got {scales.dtype}")
-                self.keep.append(scales)
-                self.scales = (x.scheme, _arrays.address(scales), 0)
+            self.view = (_arrays.address(codes), lay.code, list(x.shape), lay.codes_ld)
+            self.scales = None if scales is None else \
+                (x.scheme, _arrays.address(scales), 0)
             self.array = x.codes
             return
         op = _arrays.describe(x, name, writable=writable)

@@ -70,6 +70,47 @@ class QuantizeTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "finite"):
             gmmgen.quantize(bad, "i8")
 
+    def test_tampered_quantized_is_refused(self):
+        """A Quantized whose fields were changed after quantize: every field checked against
+        the others before a byte is read (too few scales once read out of bounds)."""
+        r = rng(38)
+        lhs = randn(r, M, K)
+        good = gmmgen.quantize(randn(r, G, K, N), "i8", "channel")
+
+        def tampered(**fields):
+            q = gmmgen.quantize(randn(rng(39), G, K, N), "i8", "channel")
+            for name, value in fields.items():
+                setattr(q, name, value)
+            return q
+
+        cases = [
+            (dict(scales=np.ones(1, np.float32)), r"rhs.scales has shape \(1,\), expected"),
+            (dict(scales=good.scales.astype(np.float16)), "rhs.scales must be float32"),
+            (dict(scales=None), "rhs.scales is None: scheme channel needs scales"),
+            (dict(scales=good.scales[:, :, :-1]), "rhs.scales has shape"),
+            (dict(scales=[1.0] * 5), "rhs.scales must be a numpy array"),
+            (dict(codes=good.codes[:, :-1]), "rhs.codes has shape"),
+            (dict(codes=good.codes.astype(np.int16)), "rhs.codes must be int8 or uint8"),
+            (dict(dtype="i9"), "rhs.dtype='i9' must be a quantized dtype"),
+            (dict(dtype="bf16"), "rhs.dtype='bf16' must be a quantized dtype"),
+            (dict(dtype=None), "rhs.dtype=None must be a quantized dtype"),
+            (dict(scheme=3), "rhs.scheme=3 must be a string"),
+            (dict(axis=2), "rhs.axis=2 must be 0"),
+            (dict(shape=(G, K)), "rhs.codes has shape"),
+            (dict(shape=(G, -K, N)), "rhs.shape=.* must be 2 or 3 sizes >= 0"),
+        ]
+        for fields, pattern in cases:
+            with self.subTest(fields=list(fields)):
+                with self.assertRaisesRegex(ValueError, pattern):
+                    gmmgen.gmm(lhs, tampered(**fields), SIZES)
+                with self.assertRaisesRegex(ValueError, pattern.replace("rhs", "q")):
+                    gmmgen.dequantize(tampered(**fields))
+        # scheme none (an fp8 cast) has no scales: passing some is an error too.
+        cast = gmmgen.quantize(randn(r, G, K, N), "f8e4m3", "none")
+        cast.scales = np.ones((G, 1, N), np.float32)
+        with self.assertRaisesRegex(ValueError, "q.scales must be None: scheme none"):
+            gmmgen.dequantize(cast)
+
     def test_gmm_with_quantized_weights(self):
         r = rng(36)
         lhs, w = randn(r, M, K), randn(r, G, K, N)
