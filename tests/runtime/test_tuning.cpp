@@ -1,6 +1,7 @@
 // Tuning tables (DESIGN §5): the format (parse, write, merge, match, buckets), where the runtime
 // finds tables and in which order, tables it must ignore, and dispatch through a table entry.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -312,6 +313,10 @@ TEST(TuningTable, RejectsWhatItCannotReadNamingTheRule) {
 
   const std::pair<std::string, std::string> bad[] = {
       {"{\"version\": 1, \"device\": ", "bad.json: not JSON"},
+      // Numbers the parser itself cannot hold: the key is named, nothing escapes as another error.
+      {"{\"version\": 1e400}", "not JSON in the value of key 'version'"},
+      {table_text(entry_json(kProblem, "{\"tm\": 16, \"tk\": 32, \"tn\": 16}", "[0, 1e999]")),
+       "not JSON in the value of key 'rows_per_group'"},
       {"[1, 2]", "not a gmm-gen tuning table"},
       {table_text(entry_json(), "2"), "version 2; this gmm-gen reads tuning tables of version 1"},
       {table_text(entry_json(), "\"1\""), "version \"1\""},
@@ -487,6 +492,61 @@ TEST_F(TuningDirs, EveryProblemFieldTellsEntriesApart) {
   EXPECT_TRUE(l->warnings.empty()) << l->warnings[0];
 }
 
+// Tables another user could have written choose nothing: a folder or file writable by group or
+// others, a file owned by someone else, a symlinked file or folder (to another user's table).
+// Each is named in a warning, its control characters escaped; the user's own tables still serve.
+TEST_F(TuningDirs, TablesAnotherUserCouldWriteAreIgnored) {
+  const KernelSpec a = problem(64, 48, 4), b = problem(64, 48, 8);
+  const fs::path env = dir_ / "env", cache = dir_ / "cache" / "tuning";
+  const std::string theirs = host_table({entry(a, {16, 16, 16}, {0, 1000})});
+  write(env / "1-open.json", theirs);
+  ASSERT_EQ(0, chmod((env / "1-open.json").c_str(), 0666));
+  write(env / "2-group.json", theirs);
+  ASSERT_EQ(0, chmod((env / "2-group.json").c_str(), 0620));
+  fs::create_directories(dir_ / "elsewhere");
+  write(dir_ / "elsewhere" / "t.json", theirs);
+  fs::create_symlink(dir_ / "elsewhere" / "t.json", env / "3-link.json");
+  write(env / "4-\x1b[31mred.json", theirs);
+  ASSERT_EQ(0, chmod((env / "4-\x1b[31mred.json").c_str(), 0646));
+  write(env / "5-mine.json", host_table({entry(b, {32, 32, 32}, {0, 1000})}));
+  if (geteuid() == 0) {  // a file another uid owns, even with a safe mode
+    write(env / "6-nobody.json", theirs);
+    ASSERT_EQ(0, chown((env / "6-nobody.json").c_str(), 65534, 65534));
+  }
+  auto l = load(host_table({}));
+  EXPECT_FALSE(l->tables->lookup(a, 50)) << "a table another user could write was used";
+  ASSERT_TRUE(l->tables->lookup(b, 50));
+  EXPECT_EQ((Tiling{32, 32, 32}), l->tables->lookup(b, 50)->tiling);
+  std::string all;
+  for (const auto& w : l->warnings) all += w + "\n";
+  const auto warned = [&](const std::string& what) { return all.find(what) != std::string::npos; };
+  EXPECT_TRUE(warned("1-open.json: writable by group or others (mode 0666)")) << all;
+  EXPECT_TRUE(warned("2-group.json: writable by group or others (mode 0620)")) << all;
+  EXPECT_TRUE(warned("3-link.json is a symlink")) << all;
+  EXPECT_TRUE(warned("4-\\x1b[31mred.json: writable by group or others")) << all;
+  EXPECT_EQ(std::string::npos, all.find('\x1b')) << "a raw control character reached the log";
+  if (geteuid() == 0) {
+    EXPECT_TRUE(warned("6-nobody.json: owned by uid 65534")) << all;
+  }
+  EXPECT_EQ(geteuid() == 0 ? 5u : 4u, l->warnings.size()) << all;
+
+  // Folders: the user-named one writable by others, the cache's a symlink to another folder.
+  ASSERT_EQ(0, chmod(env.c_str(), 0777));
+  fs::remove_all(cache);
+  fs::create_symlink(dir_ / "elsewhere", cache);
+  l = load(host_table({}));
+  EXPECT_FALSE(l->tables->lookup(b, 50));
+  EXPECT_FALSE(l->tables->lookup(a, 50));
+  all.clear();
+  for (const auto& w : l->warnings) all += w + "\n";
+  EXPECT_TRUE(warned("GMMGEN_TUNING_DIR=" + env.string() +
+                     " ignored: writable by group or others (mode 0777)"))
+      << all;
+  EXPECT_TRUE(warned(cache.string() + " is not a folder: ignored (a symlink)")) << all;
+  EXPECT_EQ(2u, l->warnings.size()) << all;
+  ASSERT_EQ(0, chmod(env.c_str(), 0700));
+}
+
 TEST_F(TuningDirs, CorruptAndForeignTablesAreIgnoredWithAWarning) {
   const KernelSpec a = problem(64, 48, 4);
   write(dir_ / "env" / "1-truncated.json",
@@ -501,6 +561,7 @@ TEST_F(TuningDirs, CorruptAndForeignTablesAreIgnoredWithAWarning) {
         "{\"version\": 1, \"device\": {\"cpu\": \"c\", \"isa\": \"sse9\", \"compiler\": \"x\"}, "
         "\"entries\": []}");
   fs::create_directories(dir_ / "env" / "6-folder.json");
+  write(dir_ / "env" / "7-huge-number.json", "{\"version\": 1e400}");
   write(dir_ / "cache" / "tuning" / "good.json", host_table({entry(a, {64, 64, 48}, {0, 1000})}));
   auto l = load("not json at all");
   const auto choice = l->tables->lookup(a, 50);
@@ -521,8 +582,9 @@ TEST_F(TuningDirs, CorruptAndForeignTablesAreIgnoredWithAWarning) {
       << all;
   EXPECT_TRUE(warned("5-bad-isa.json: device.isa")) << all;
   EXPECT_TRUE(warned("6-folder.json is not a regular file")) << all;
+  EXPECT_TRUE(warned("7-huge-number.json: not JSON in the value of key 'version'")) << all;
   EXPECT_TRUE(warned("shipped:test.json: not JSON")) << all;
-  EXPECT_EQ(7u, l->warnings.size()) << all;
+  EXPECT_EQ(8u, l->warnings.size()) << all;
 }
 
 TEST_F(TuningDirs, TablesForAFamilyThisCpuCannotRunAreSkipped) {

@@ -183,6 +183,8 @@ std::string to_string(const Quant& q);
 // A value from the user, for an error message: at most ~100 characters (longer ones are cut and
 // say how long they were), control characters escaped.
 std::string quote_value(std::string_view v);
+// v with its control characters escaped (\xNN), whole: for names (paths) in messages.
+std::string escape_control(std::string_view v);
 DType parse_dtype(std::string_view s, std::string_view param);
 Isa parse_isa(std::string_view s, std::string_view param);
 

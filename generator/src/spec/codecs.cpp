@@ -64,10 +64,10 @@ std::string values<DType>(std::string_view key) {
 }
 }  // namespace codec_detail
 
-std::string quote_value(std::string_view v) {
-  constexpr size_t kMax = 100;
+std::string escape_control(std::string_view v) {
   std::string out;
-  for (const char c : v.substr(0, kMax)) {
+  out.reserve(v.size());
+  for (const char c : v) {
     if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
       static constexpr char kHex[] = "0123456789abcdef";
       out += "\\x";
@@ -77,6 +77,12 @@ std::string quote_value(std::string_view v) {
       out += c;
     }
   }
+  return out;
+}
+
+std::string quote_value(std::string_view v) {
+  constexpr size_t kMax = 100;
+  std::string out = escape_control(v.substr(0, kMax));
   if (v.size() > kMax) out += "... (" + std::to_string(v.size()) + " characters)";
   return out;
 }

@@ -52,7 +52,17 @@ Json parse_strict(std::string_view text, const std::string& origin) {
     throw TableError(origin + ": " + std::to_string(text.size()) + " bytes, more than the " +
                      std::to_string(kMaxTableBytes) + " a tuning table may have");
   std::vector<std::unordered_set<std::string>> keys;  // one set per open object
+  // The key whose value is being read, for errors the parser itself raises (1e400): the last
+  // key, and for each open container the key it is the value of.
+  std::string pending_key;
+  std::vector<std::string> container_keys;
   auto check = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    using E = Json::parse_event_t;
+    if (event == E::object_start || event == E::array_start) container_keys.push_back(pending_key);
+    if ((event == E::object_end || event == E::array_end) && !container_keys.empty()) {
+      container_keys.pop_back();
+      pending_key = container_keys.empty() ? "" : container_keys.back();
+    }
     if (depth > kMaxDepth)
       throw TableError(origin + ": nested deeper than " + std::to_string(kMaxDepth) + " levels");
     if (event == Json::parse_event_t::object_start) keys.emplace_back();
@@ -61,13 +71,16 @@ Json parse_strict(std::string_view text, const std::string& origin) {
       const std::string& k = parsed.get_ref<const std::string&>();
       if (!keys.back().insert(k).second)
         throw TableError(origin + ": key '" + shown(k) + "' appears twice in one object");
+      pending_key = k;
     }
     return true;
   };
   try {
     return Json::parse(text.begin(), text.end(), check);
-  } catch (const Json::parse_error& e) {
-    throw TableError(origin + ": not JSON (" + e.what() + ")");
+  } catch (const nlohmann::json::exception& e) {  // a syntax error, or a number out of range
+    const std::string at =
+        pending_key.empty() ? "" : " in the value of key '" + shown(pending_key) + "'";
+    throw TableError(origin + ": not JSON" + at + " (" + e.what() + ")");
   }
 }
 

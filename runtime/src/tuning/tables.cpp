@@ -1,10 +1,15 @@
 #include "tuning/tables.h"
 
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
+#include <cstring>
 
 #include "gmmgen/heuristics.h"
 
@@ -22,6 +27,83 @@ std::string rows_text(double rows) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.1f", rows);
   return buf;
+}
+
+// An owned file descriptor.
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd() {
+    if (fd_ >= 0) close(fd_);
+  }
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+// Why a table folder or file is not read ("" when it is): like the cache root, it must belong
+// to the current user and be writable by no one else, or another user would choose this
+// user's tilings and what gets compiled into this user's cache.
+std::string not_ours(const struct stat& st) {
+  if (st.st_uid != geteuid())
+    return "owned by uid " + std::to_string(st.st_uid) + ", not by the current user (uid " +
+           std::to_string(geteuid()) + ")";
+  if (st.st_mode & (S_IWGRP | S_IWOTH)) {
+    char mode[16];
+    std::snprintf(mode, sizeof mode, "%04o", unsigned(st.st_mode & 07777));
+    return std::string("writable by group or others (mode ") + mode + ")";
+  }
+  return "";
+}
+
+// The names of the folder's *.json entries but hidden ones; false (errno set) if it cannot be
+// listed.
+bool list_folder(int dir, std::vector<std::string>& names) {
+  const int fd = dup(dir);
+  DIR* d = fd < 0 ? nullptr : fdopendir(fd);
+  if (!d) {
+    if (fd >= 0) close(fd);
+    return false;
+  }
+  errno = 0;
+  while (const dirent* e = readdir(d)) {
+    const std::string_view name = e->d_name;
+    if (!name.empty() && name[0] != '.' && name.size() > 5 && name.ends_with(".json"))
+      names.emplace_back(name);
+  }
+  const int err = errno;
+  closedir(d);
+  errno = err;
+  return err == 0;
+}
+
+// Reads table `name` of the folder into text; "" on success, else why not (a suffix for
+// "tuning table ignored: <path>").
+std::string read_own_file(int dir, const std::string& name, std::string& text) {
+  const Fd fd(openat(dir, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  struct stat st;
+  if (fd.get() < 0)
+    return errno == ELOOP ? " is a symlink" : std::string(": ") + std::strerror(errno);
+  if (fstat(fd.get(), &st) != 0) return std::string(": ") + std::strerror(errno);
+  if (!S_ISREG(st.st_mode)) return " is not a regular file";
+  if (const std::string why = not_ours(st); !why.empty()) return ": " + why;
+  if (st.st_size > kMaxTableBytes)
+    return " has " + std::to_string(st.st_size) + " bytes, more than the " +
+           std::to_string(kMaxTableBytes) + " a table may have";
+  text.clear();
+  char buf[65536];
+  for (;;) {
+    const ssize_t n = read(fd.get(), buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ": cannot be read";
+    if (n == 0) return "";
+    if (int64_t(text.size()) + n > kMaxTableBytes)
+      return " grew past the " + std::to_string(kMaxTableBytes) + " bytes a table may have";
+    text.append(buf, size_t(n));
+  }
 }
 
 }  // namespace
@@ -110,47 +192,42 @@ void Tables::load() const {
       read_table(src.text, src.origin);
       continue;
     }
-    std::error_code ec;
-    if (!fs::is_directory(src.dir, ec)) {
+    const std::string origin = escape_control(src.origin);
+    // The folder is opened once, without following a symlink, and every file is read through
+    // it: no rename or link another user makes between the checks and the read changes what is
+    // read.
+    const Fd dir(open(src.dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    if (dir.get() < 0) {
+      const int err = errno;
       // The cache's folder exists only once something was tuned; a folder the user named must.
-      if (fs::exists(src.dir, ec) || src.origin.rfind("GMMGEN_TUNING_DIR=", 0) == 0)
-        warn_("tuning tables: " + src.origin + " is not a folder: ignored");
+      struct stat link;
+      const bool symlink = lstat(src.dir.c_str(), &link) == 0 && S_ISLNK(link.st_mode);
+      if (err != ENOENT || symlink || src.origin.rfind("GMMGEN_TUNING_DIR=", 0) == 0)
+        warn_("tuning tables: " + origin + " is not a folder: ignored" +
+              (symlink ? " (a symlink)" : ""));
       continue;
     }
-    std::vector<fs::path> files;
-    for (fs::directory_iterator it(src.dir, ec), end; !ec && it != end; it.increment(ec)) {
-      const fs::path& p = it->path();
-      const std::string name = p.filename().string();
-      if (name.empty() || name[0] == '.' || p.extension() != ".json") continue;
-      files.push_back(p);
-    }
-    if (ec) {
-      warn_("tuning tables: cannot list " + src.dir.string() + ": " + ec.message());
+    struct stat st;
+    if (fstat(dir.get(), &st) != 0) continue;
+    if (const std::string why = not_ours(st); !why.empty()) {
+      warn_("tuning tables: " + origin + " ignored: " + why);
       continue;
     }
-    std::sort(files.begin(), files.end());
-    for (const fs::path& p : files) {
-      std::error_code fec;
-      if (!fs::is_regular_file(p, fec)) {
-        warn_("tuning table ignored: " + p.string() + " is not a regular file");
+    std::vector<std::string> names;
+    if (!list_folder(dir.get(), names)) {
+      warn_("tuning tables: cannot list " + escape_control(src.dir.string()) + ": " +
+            std::strerror(errno));
+      continue;
+    }
+    std::sort(names.begin(), names.end());
+    for (const std::string& name : names) {
+      const std::string shown = escape_control((src.dir / name).string());
+      std::string text;
+      if (const std::string why = read_own_file(dir.get(), name, text); !why.empty()) {
+        warn_("tuning table ignored: " + shown + why);
         continue;
       }
-      const uintmax_t bytes = fs::file_size(p, fec);
-      if (fec || bytes > uintmax_t(kMaxTableBytes)) {
-        warn_("tuning table ignored: " + p.string() +
-              (fec ? ": " + fec.message()
-                   : " has " + std::to_string(bytes) + " bytes, more than the " +
-                         std::to_string(kMaxTableBytes) + " a table may have"));
-        continue;
-      }
-      std::ifstream in(p, std::ios::binary);
-      std::ostringstream text;
-      text << in.rdbuf();
-      if (!in) {
-        warn_("tuning table ignored: " + p.string() + ": cannot be read");
-        continue;
-      }
-      read_table(text.str(), p.string());
+      read_table(text, shown);
     }
   }
 }
