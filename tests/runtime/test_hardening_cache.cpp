@@ -325,6 +325,136 @@ TEST_F(HardeningCache, CompileTimeoutIsValidated) {
   EXPECT_EQ(0, run_process({"true"}).status);
 }
 
+// --- Round 2: compilers never outlive their caller; stale build folders are reclaimed. ---
+
+// A compiler that records its pid and hangs (exec keeps the pid: the process the runtime
+// started is the one that hangs).
+std::string hanging_compiler_body(const fs::path& pid_file) {
+  return "echo $$ > '" + pid_file.string() + ".tmp' && mv '" + pid_file.string() + ".tmp' '" +
+         pid_file.string() + "'\nexec sleep 1000";
+}
+
+// Starts `argv` (a child of this process, so that SIGINT is not ignored as in a shell's
+// background job), waits for the hanging compiler to record its pid, sends the caller `sig` and
+// reaps it. Returns the compiler's pid (0 if it never started) and the caller's wait status.
+struct Interrupted {
+  pid_t compiler = 0;
+  int status = 0;
+};
+Interrupted interrupt_mid_compile(const std::vector<std::string>& argv, const fs::path& pid_file,
+                                  int sig) {
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  Interrupted out;
+  const pid_t caller = fork();
+  if (caller == 0) {
+    execv(args[0], args.data());
+    _exit(127);
+  }
+  for (int i = 0; i < 1200 && read_file(pid_file).empty(); ++i) usleep(50000);
+  const std::string pid = read_file(pid_file);
+  if (!pid.empty()) out.compiler = std::stoi(pid);
+  kill(caller, sig);
+  waitpid(caller, &out.status, 0);
+  return out;
+}
+
+TEST_F(HardeningCache, ACallerKilledMidCompileTakesTheCompilerWithItAndItsFolderIsReclaimed) {
+  const fs::path pid_file = tools_ / "compiler.pid";
+  const std::string cxx = fake_compiler("hanging-cxx", hanging_compiler_body(pid_file));
+  const Interrupted r = interrupt_mid_compile({"/usr/bin/env", "GMMGEN_CACHE_DIR=" + dir_.string(),
+                                               "GMMGEN_CXX=" + cxx, GMMGEN_PROBE, "1", kSpec},
+                                              pid_file, SIGKILL);
+  ASSERT_GT(r.compiler, 0) << "the compiler never started";
+  EXPECT_TRUE(WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGKILL);
+  for (int i = 0; i < 200 && !process_gone(r.compiler); ++i) usleep(10000);
+  EXPECT_TRUE(process_gone(r.compiler)) << "the compiler outlived its SIGKILLed caller";
+  // The killed build's folder is left; the next process to open the cache (a runtime's first
+  // look into it) removes it.
+  auto stale = [&] {
+    std::vector<std::string> out;
+    for (const auto& e : fs::directory_iterator(dir_ / ".tmp"))
+      if (e.path().filename().string().rfind(key() + "-", 0) == 0) out.push_back(e.path());
+    return out;
+  };
+  EXPECT_EQ(1u, stale().size());
+  { DiskCache reopened(dir_); }
+  EXPECT_TRUE(stale().empty());
+}
+
+TEST_F(HardeningCache, CtrlCOfGmmGenStopsItsCompilerAtOnce) {
+  const fs::path pid_file = tools_ / "compiler.pid";
+  const std::string cxx = fake_compiler("hanging-cxx", hanging_compiler_body(pid_file));
+  const Interrupted r =
+      interrupt_mid_compile({"/usr/bin/env", "GMMGEN_CACHE_DIR=" + dir_.string(),
+                             "GMMGEN_CXX=" + cxx, GMMGEN_CLI, "verify", "--quick", "--spec", kSpec},
+                            pid_file, SIGINT);
+  ASSERT_GT(r.compiler, 0) << "the compiler never started";
+  EXPECT_TRUE(WIFSIGNALED(r.status) && WTERMSIG(r.status) == SIGINT)
+      << "gmm-gen's wait status " << r.status;
+  for (int i = 0; i < 200 && !process_gone(r.compiler); ++i) usleep(10000);
+  EXPECT_TRUE(process_gone(r.compiler)) << "Ctrl-C left the compiler running";
+}
+
+// A process that holds a key's lock and is stopped (SIGSTOP) blocks a build of that key only
+// for twice the compile time limit and more (here 1 s: 4 s); the error names its pid.
+TEST_F(HardeningCache, AStoppedLockHolderIsNamedAndWaitedForOnlyBoundedly) {
+  { DiskCache made(dir_); }
+  setenv("GMMGEN_COMPILE_TIMEOUT", "1", 1);
+  const std::string lock = (dir_ / ".locks" / (key() + ".lock")).string();
+  const pid_t holder = fork();
+  if (holder == 0) {  // only async-signal-safe calls: the test process has threads
+    const int fd = open(lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+    if (fd < 0 || flock(fd, LOCK_EX) != 0) _exit(1);
+    char pid[16];
+    const int n = snprintf(pid, sizeof pid, "%d\n", int(getpid()));
+    if (write(fd, pid, size_t(n)) != n) _exit(1);
+    raise(SIGSTOP);
+    _exit(0);
+  }
+  ASSERT_GT(holder, 0);
+  int status = 0;
+  ASSERT_EQ(holder, waitpid(holder, &status, WUNTRACED));
+  ASSERT_TRUE(WIFSTOPPED(status)) << "the holder could not take the lock";
+  try {
+    warmup();
+    ADD_FAILURE() << "built while another process held the key's lock";
+  } catch (const CacheError& e) {
+    const std::string msg = e.what();
+    EXPECT_NE(msg.find("gave up after 4 s waiting for " + lock + ", held by pid " +
+                       std::to_string(holder)),
+              std::string::npos)
+        << msg;
+  }
+  kill(holder, SIGKILL);
+  waitpid(holder, &status, 0);
+  unsetenv("GMMGEN_COMPILE_TIMEOUT");
+  warmup();  // the lock is free again
+  EXPECT_EQ(DiskCache::State::kValid, DiskCache(dir_).check(key()));
+}
+
+// A build folder is stale when no process holds its key's lock; one whose key is locked (a
+// build in progress) stays, as do names that are not build folders.
+TEST_F(HardeningCache, StaleBuildFoldersAreReclaimedUnlessTheirKeyIsLocked) {
+  { DiskCache made(dir_); }
+  const std::string dead(32, 'a'), live(32, 'b');
+  for (const std::string& name :
+       {dead + "-AbC123", live + "-XyZ789", std::string("notes-123456")}) {
+    fs::create_directories(dir_ / ".tmp" / name);
+    write_file(dir_ / ".tmp" / name / "kernel.so", "half a kernel");
+  }
+  const int fd =
+      open((dir_ / ".locks" / (live + ".lock")).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  ASSERT_GE(fd, 0);
+  ASSERT_EQ(0, flock(fd, LOCK_EX));
+  { DiskCache reopened(dir_); }
+  close(fd);
+  EXPECT_FALSE(fs::exists(dir_ / ".tmp" / (dead + "-AbC123")));
+  EXPECT_TRUE(fs::exists(dir_ / ".tmp" / (live + "-XyZ789" + "/kernel.so")));
+  EXPECT_TRUE(fs::exists(dir_ / ".tmp" / "notes-123456" / "kernel.so"));
+}
+
 // --- Item 6: typed errors for file system and compiler faults. ---
 
 TEST_F(HardeningCache, CompilerWritingNoObjectIsACompileError) {

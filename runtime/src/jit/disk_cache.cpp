@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -16,6 +17,7 @@
 #include <sstream>
 
 #include "gmmgen/hash.h"
+#include "jit/toolchain.h"
 
 namespace gmmgen {
 namespace fs = std::filesystem;
@@ -93,18 +95,39 @@ void discard(const fs::path& root, const fs::path& dir) {
   if (!trash.empty()) fs::remove_all(trash, ec);
 }
 
-// flock-held lock file, released on destruction.
+// flock-held lock file, released on destruction. The holder writes its pid into the file, so
+// that a waiter that gives up can name it. The wait is bounded: a holder builds at most one
+// kernel (a probe and a compile, each within the compile time limit), so a lock held for twice
+// that limit and more belongs to a process that is stopped (SIGSTOP, a debugger) or hung.
 class FileLock {
  public:
   explicit FileLock(const fs::path& p) {
+    using Clock = std::chrono::steady_clock;
+    const int limit_s = 2 * compile_timeout_seconds() + 2;
+    const auto deadline = Clock::now() + std::chrono::seconds(limit_s);
     fd_ = open(p.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
     if (fd_ < 0)
       throw CacheError("cache: cannot open lock " + p.string() + ": " + std::strerror(errno));
-    while (flock(fd_, LOCK_EX) != 0) {
-      if (errno != EINTR) {
+    for (int pause_us = 1000; flock(fd_, LOCK_EX | LOCK_NB) != 0;) {
+      if (errno == EINTR) continue;
+      if (errno != EWOULDBLOCK || Clock::now() >= deadline) {
+        const int err = errno;
+        const std::string holder = holder_pid();
         close(fd_);
-        throw CacheError("cache: cannot lock " + p.string() + ": " + std::strerror(errno));
+        if (err != EWOULDBLOCK)
+          throw CacheError("cache: cannot lock " + p.string() + ": " + std::strerror(err));
+        throw CacheError("cache: gave up after " + std::to_string(limit_s) + " s waiting for " +
+                         p.string() + ", held by pid " + holder +
+                         " (building the same kernel); a holder stopped or hung that long "
+                         "blocks this key: end it, or raise GMMGEN_COMPILE_TIMEOUT");
       }
+      usleep(useconds_t(pause_us));
+      pause_us = std::min(pause_us * 2, 50'000);
+    }
+    char pid[24];
+    const int n = std::snprintf(pid, sizeof pid, "%d\n", int(getpid()));
+    if (ftruncate(fd_, 0) != 0 || pwrite(fd_, pid, size_t(n), 0) != n) {
+      // Only the message of a later waiter loses the pid.
     }
   }
   ~FileLock() { close(fd_); }  // closing releases the flock
@@ -112,8 +135,42 @@ class FileLock {
   FileLock& operator=(const FileLock&) = delete;
 
  private:
+  // The pid the holder wrote, or "unknown".
+  std::string holder_pid() const {
+    char buf[24] = {0};
+    const ssize_t n = pread(fd_, buf, sizeof buf - 1, 0);
+    std::string s(buf, size_t(std::max<ssize_t>(n, 0)));
+    while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+    return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos ? s : "unknown";
+  }
   int fd_ = -1;
 };
+
+// Removes the build folders (<key>-XXXXXX in .tmp) of builds that no longer run: a process
+// killed mid-compile leaves its folder. A build holds its key's lock for as long as its folder
+// exists, so a folder whose key's lock is free is no one's. Discarded entries (trash-XXXXXX)
+// go once they are an hour old.
+void reclaim_stale_builds(const fs::path& root) {
+  std::error_code ec;
+  const auto cutoff = fs::file_time_type::clock::now() - std::chrono::hours(1);
+  for (const auto& e : fs::directory_iterator(root / ".tmp", ec)) {
+    const std::string name = e.path().filename().string();
+    if (name.size() < 8 || name[name.size() - 7] != '-') continue;
+    const std::string key = name.substr(0, name.size() - 7);
+    std::error_code fec;
+    if (e.symlink_status(fec).type() != fs::file_type::directory) continue;
+    if (key == "trash") {
+      if (e.last_write_time(fec) < cutoff) fs::remove_all(e.path(), fec);
+      continue;
+    }
+    if (key.find_first_not_of("0123456789abcdef") != std::string::npos) continue;
+    const int fd = open((root / ".locks" / (key + ".lock")).c_str(),
+                        O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
+    if (fd < 0) continue;
+    if (flock(fd, LOCK_EX | LOCK_NB) == 0) fs::remove_all(e.path(), fec);
+    close(fd);  // releases the lock
+  }
+}
 
 }  // namespace
 
@@ -139,6 +196,7 @@ DiskCache::DiskCache(fs::path root) : root_(std::move(root)) {
   make_private_dir(root_);
   make_private_dir(root_ / ".locks");
   make_private_dir(root_ / ".tmp");
+  reclaim_stale_builds(root_);
 }
 
 std::optional<DiskCache> DiskCache::open_existing(fs::path root) {

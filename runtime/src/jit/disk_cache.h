@@ -29,7 +29,8 @@ class DiskCache {
   // $GMMGEN_CACHE_DIR, else $XDG_CACHE_HOME/gmm-gen, else $HOME/.cache/gmm-gen.
   static std::filesystem::path default_root();
 
-  // Creates the root (0700) if missing; throws CacheError if it is unsafe to use.
+  // Creates the root (0700) if missing; throws CacheError if it is unsafe to use. Removes the
+  // build folders that killed processes left (a build's folder lives under its key's lock).
   explicit DiskCache(std::filesystem::path root);
   // The cache at an existing root, for reading it (list): creates nothing, not even the root.
   // nullopt when the root does not exist; CacheError if it is unsafe to use.

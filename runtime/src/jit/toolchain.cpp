@@ -3,12 +3,13 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdlib>
@@ -66,40 +67,117 @@ int compile_timeout_seconds() {
   return int(s);
 }
 
+namespace {
+
+// The process groups of the compiles running now, for kill_running_compiles (a signal handler):
+// fixed slots of atomics, so reading them is async-signal-safe. A group is listed from before
+// it can run until just before its leader is reaped (so its id cannot have been reused).
+constexpr int kSlots = 256;
+std::atomic<pid_t> g_running[kSlots];
+
+int list_running(pid_t pgid) {
+  for (int i = 0; i < kSlots; ++i) {
+    pid_t empty = 0;
+    if (g_running[i].compare_exchange_strong(empty, pgid)) return i;
+  }
+  return -1;  // more compiles at once than slots: they still die with this process (PDEATHSIG)
+}
+
+// argv[0] as execve needs it: a path, looked up in PATH when it has no '/' ("" if not found).
+std::string executable_path(const std::string& name) {
+  if (name.find('/') != std::string::npos) return name;
+  const char* path = std::getenv("PATH");
+  std::string dirs = path && *path ? path : "/usr/local/bin:/usr/bin:/bin";
+  for (size_t start = 0; start <= dirs.size();) {
+    const size_t end = std::min(dirs.find(':', start), dirs.size());
+    const std::string dir = end > start ? dirs.substr(start, end - start) : ".";
+    const std::string candidate = dir + "/" + name;
+    struct stat st;
+    if (stat(candidate.c_str(), &st) == 0 && S_ISREG(st.st_mode) &&
+        access(candidate.c_str(), X_OK) == 0)
+      return candidate;
+    start = end + 1;
+  }
+  return "";
+}
+
+}  // namespace
+
+void kill_running_compiles() {
+  for (int i = 0; i < kSlots; ++i)
+    if (const pid_t g = g_running[i].load(); g > 0) kill(-g, SIGKILL);
+}
+
 ProcessResult run_process(const std::vector<std::string>& argv) {
   using Clock = std::chrono::steady_clock;
   const int limit_s = compile_timeout_seconds();
   ProcessResult result;
-  int fds[2];
+  // Everything the child needs is made before fork: between fork and exec it only makes
+  // async-signal-safe calls (another thread may hold the allocator's lock).
+  const std::string exe = executable_path(argv[0]);
+  if (exe.empty()) {
+    result.output = "cannot start '" + argv[0] + "': " + std::strerror(ENOENT);
+    return result;
+  }
+  std::vector<char*> args;
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  // fds: the output pipe; err: where the child reports an exec failure (closed by exec).
+  int fds[2], err[2];
   if (pipe2(fds, O_CLOEXEC) != 0) {
     result.output = std::string("pipe: ") + std::strerror(errno);
     return result;
   }
-  // Only our end is non-blocking: the child writes as usual.
-  fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], STDOUT_FILENO);
-  posix_spawn_file_actions_adddup2(&actions, fds[1], STDERR_FILENO);
-  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
-  // Its own process group, so that a timeout kills everything it started.
-  posix_spawnattr_t attr;
-  posix_spawnattr_init(&attr);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETPGROUP);
-  posix_spawnattr_setpgroup(&attr, 0);
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid = 0;
-  const int rc = posix_spawnp(&pid, args[0], &actions, &attr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  posix_spawnattr_destroy(&attr);
-  close(fds[1]);
-  if (rc != 0) {
-    close(fds[0]);
-    result.output = "cannot start '" + argv[0] + "': " + std::strerror(rc);
+  if (pipe2(err, O_CLOEXEC) != 0) {
+    result.output = std::string("pipe: ") + std::strerror(errno);
+    close(fds[0]), close(fds[1]);
     return result;
   }
+  const pid_t parent = getpid();
+  const pid_t pid = fork();
+  if (pid == 0) {
+    // Its own process group, so that a timeout kills everything it started; and it dies with
+    // the caller, should the caller be killed (even by SIGKILL) before it is done.
+    setpgid(0, 0);
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(127);  // the caller died before prctl
+    const int null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (null < 0 || dup2(null, STDIN_FILENO) < 0 || dup2(fds[1], STDOUT_FILENO) < 0 ||
+        dup2(fds[1], STDERR_FILENO) < 0) {
+      const int e = errno;
+      (void)!write(err[1], &e, sizeof e);
+      _exit(127);
+    }
+    execve(exe.c_str(), args.data(), environ);
+    const int e = errno;
+    (void)!write(err[1], &e, sizeof e);
+    _exit(127);
+  }
+  const int fork_errno = errno;
+  close(fds[1]);
+  close(err[1]);
+  if (pid < 0) {
+    close(fds[0]), close(err[0]);
+    result.output = "cannot start '" + argv[0] + "': " + std::strerror(fork_errno);
+    return result;
+  }
+  setpgid(pid, pid);  // also here: the group exists before either side goes on
+  const int slot = list_running(pid);
+  int exec_errno = 0;
+  ssize_t got = 0;
+  while ((got = read(err[0], &exec_errno, sizeof exec_errno)) < 0 && errno == EINTR) {
+  }
+  close(err[0]);
+  if (got == sizeof exec_errno) {  // exec failed: the child exits at once
+    close(fds[0]);
+    if (slot >= 0) g_running[slot].store(0);
+    while (waitpid(pid, nullptr, 0) < 0 && errno == EINTR) {
+    }
+    result.output = "cannot start '" + argv[0] + "': " + std::strerror(exec_errno);
+    return result;
+  }
+  // Only our end is non-blocking: the child writes as usual.
+  fcntl(fds[0], F_SETFL, fcntl(fds[0], F_GETFL) | O_NONBLOCK);
   auto drain = [&] {  // returns false at end of file
     char buf[4096];
     for (;;) {
@@ -139,6 +217,7 @@ ProcessResult run_process(const std::vector<std::string>& argv) {
   if (open) drain();
   close(fds[0]);
   kill(-pid, SIGKILL);  // the whole group: on a timeout, and any straggler holding the pipe
+  if (slot >= 0) g_running[slot].store(0);  // before the reap frees the id
   int status = 0;
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }

@@ -1,5 +1,5 @@
 // Building sources into shared objects with the system C++ compiler, invoked directly
-// (posix_spawn, no shell). Knows nothing of GMM: flags come from the caller.
+// (fork and exec, no shell). Knows nothing of GMM: flags come from the caller.
 #pragma once
 
 #include <filesystem>
@@ -32,12 +32,18 @@ int compile_timeout_seconds();
 // Runs argv (argv[0] looked up in PATH) in its own process group and returns its exit status
 // and combined stdout+stderr. Returns when argv[0] exits (whatever its children do with the
 // pipe), then kills what is left of the group. Past compile_timeout_seconds() it kills the
-// whole group and throws CompileError naming the command and the limit.
+// whole group and throws CompileError naming the command and the limit. argv[0] dies with the
+// caller (PR_SET_PDEATHSIG), even when the caller is killed by SIGKILL.
 struct ProcessResult {
   int status = -1;  // exit code, or 128+signal; -1 if it could not be started
   std::string output;
 };
 ProcessResult run_process(const std::vector<std::string>& argv);
+
+// Kills the process group of every run_process running now (SIGKILL). Async-signal-safe: for a
+// SIGINT or SIGTERM handler that then ends the process (gmm-gen's), since the compilers run in
+// process groups of their own, which a terminal's Ctrl-C does not reach.
+void kill_running_compiles();
 
 // Compiles `source` into the shared object `output`, with `include_dir` on the include path.
 // Throws CompileError with the command line and the compiler's message on failure.
