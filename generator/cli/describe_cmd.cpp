@@ -1,6 +1,7 @@
 // gmm-gen describe: name, hash, canonical forms, cost and footprint of specs; or the spec keys.
 #include <iostream>
 #include <memory>
+#include <set>
 
 #include "commands.h"
 #include "gmmgen/emit.h"
@@ -28,7 +29,9 @@ Command add_describe(CLI::App& app) {
               return 0;
             }
             nlohmann::ordered_json all = nlohmann::ordered_json::array();
+            std::set<std::string> seen;  // a spec given twice is described once
             for (const auto& s : o->specs.specs()) {
+              if (!seen.insert(to_text(s)).second) continue;
               const EmittedKernel k = emit_kernel(s);
               if (o->json) {
                 all.push_back(k.manifest_entry);

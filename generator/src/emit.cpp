@@ -2,6 +2,7 @@
 
 #include <map>
 #include <set>
+#include <unordered_map>
 
 #include "gmmgen/heuristics.h"
 #include "gmmgen/templates.h"
@@ -53,20 +54,36 @@ std::vector<EmittedFile> emit_set(const std::vector<SpecEntry>& entries,
   manifest["abi_version"] = GMMGEN_ABI_VERSION;
   manifest["kernels"] = nlohmann::ordered_json::array();
   std::map<std::string, size_t> first_of;  // kernel name -> its first entry
+  // Spec text -> its first entry: a spec given again is not rendered again.
+  std::unordered_map<std::string, size_t> first_text;
   std::vector<BundleMember> members;
   std::set<TargetKind> targets;
   for (size_t i = 0; i < entries.size(); ++i) {
     const std::string at = "spec #" + std::to_string(i + 1) + ": ";
+    const std::string& alias = entries[i].alias;
+    if (!alias.empty() && bundle.empty())
+      throw SpecError(at + "alias '" + alias +
+                      "' names entry points of a bundle: give a bundle name (emit --bundle NAME)");
+    std::string text;
+    try {
+      text = to_text(entries[i].spec);
+    } catch (const SpecError& e) {
+      throw SpecError(at + e.what());
+    }
+    const auto [same, fresh_text] = first_text.emplace(std::move(text), i);
+    if (!fresh_text) {
+      BundleMember m = members[same->second];
+      m.aliases.clear();
+      members.push_back(std::move(m));  // its `first` is the kernel's first entry
+      if (!alias.empty()) members[members.back().first].aliases.push_back(alias);
+      continue;
+    }
     EmittedKernel k;
     try {
       k = emit_kernel(entries[i].spec);
     } catch (const SpecError& e) {
       throw SpecError(at + e.what());
     }
-    const std::string& alias = entries[i].alias;
-    if (!alias.empty() && bundle.empty())
-      throw SpecError(at + "alias '" + alias +
-                      "' names entry points of a bundle: give a bundle name (emit --bundle NAME)");
     const auto [first, fresh] = first_of.emplace(k.name, i);
     members.push_back({k.spec, {k.name, k.hash}, first->second, {}});
     if (!alias.empty()) members[first->second].aliases.push_back(alias);

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "cli.h"
@@ -179,6 +180,28 @@ TEST(HardeningCli, SpecMessagesQuoteAtMost100Characters) {
   EXPECT_NE(r.output.find("lhs=xxxxxxxx"), std::string::npos) << r.output.substr(0, 1000);
   EXPECT_NE(r.output.find("(100000 characters)"), std::string::npos) << r.output.substr(0, 1000);
   EXPECT_LT(r.output.size(), 700u) << r.output.substr(0, 1000);
+}
+
+// A spec file that repeats one spec 100,000 times: describe describes it once, emit renders and
+// writes it once. (Rendering each copy took minutes.)
+TEST(HardeningCli, ASpecGivenManyTimesIsRenderedOnce) {
+  const Scratch dir;
+  std::string json = "[";
+  for (int i = 0; i < 100000; ++i) json += std::string(i ? "," : "") + "\"k=16,n=16,g=2\"";
+  json += "]";
+  write_file(dir.path / "many.json", json);
+  const std::string file = (dir.path / "many.json").string();
+  ProcessResult r = cli({"describe", "--spec-file", file});
+  ASSERT_EQ(0, r.status) << r.output.substr(0, 1000);
+  size_t names = 0;
+  for (size_t at = r.output.find("name:"); at != std::string::npos;
+       at = r.output.find("name:", at + 1))
+    ++names;
+  EXPECT_EQ(1u, names) << r.output.substr(0, 1000);
+  r = cli({"emit", "--spec-file", file, "--out", (dir.path / "out").string()});
+  ASSERT_EQ(0, r.status) << r.output.substr(0, 1000);
+  const std::string manifest = read_file(dir.path / "out" / "manifest.json");
+  EXPECT_EQ(1, nlohmann::json::parse(manifest)["kernels"].size()) << manifest.substr(0, 2000);
 }
 
 // ---- Temporary paths (item 1) ------------------------------------------------------------------

@@ -29,18 +29,35 @@ namespace gmmgen {
 namespace fs = std::filesystem;
 namespace {
 
+std::string lower(std::string s) {
+  for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// A yes/no variable, read as GMMGEN_LOG reads its aliases: 1/true/yes/on or 0/false/no/off (any
+// case); unset or empty is no. Anything else is an error, not a silent yes.
 bool env_flag(const char* name) {
   const char* v = std::getenv(name);
-  return v && *v && std::string(v) != "0";
+  if (!v || !*v) return false;
+  const std::string t = lower(v);
+  if (t == "1" || t == "true" || t == "yes" || t == "on") return true;
+  if (t == "0" || t == "false" || t == "no" || t == "off") return false;
+  throw InvalidArgument(std::string(name) + "=" + quote_value(v) +
+                        " must be 1, true, yes, on or 0, false, no, off");
 }
 
 int env_threads() {
   if (const char* v = std::getenv("GMMGEN_NUM_THREADS"); v && *v) {
+    // Digits only: strtol alone would take " 4" or "+4".
+    const std::string_view s(v);
     char* end = nullptr;
-    const long n = std::strtol(v, &end, 10);
-    if (*end != '\0' || n < 1 || n > 4096)
-      throw InvalidArgument(std::string("GMMGEN_NUM_THREADS=") + v +
-                            " must be an integer in [1, 4096]");
+    const long n = s.find_first_not_of("0123456789") == std::string_view::npos && s.size() <= 4
+                       ? std::strtol(v, &end, 10)
+                       : 0;
+    if (n < 1 || n > 4096)
+      throw InvalidArgument("GMMGEN_NUM_THREADS=" + quote_value(v) +
+                            " must be a whole number in [1, 4096] (digits only; unset or empty: "
+                            "every core)");
     return int(n);
   }
   return std::max(1u, std::thread::hardware_concurrency());
@@ -48,11 +65,6 @@ int env_threads() {
 
 CompilerConfig compiler_for(const KernelSpec& spec) {
   return default_compiler(target_of(spec.target).toolchain_flags(spec));
-}
-
-std::string lower(std::string s) {
-  for (char& c : s) c = char(std::tolower(static_cast<unsigned char>(c)));
-  return s;
 }
 
 // Runtimes that print their statistics line at exit: each prints it once, when destroyed or,
