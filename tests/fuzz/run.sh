@@ -1,20 +1,28 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer target over spec text, spec JSON and kernel names (clang++ with
+# Builds the libFuzzer target over the parsers of untrusted text -- spec text, spec JSON, kernel
+# names, scale schemes and calibrations, tuning tables, cache entries (clang++ with
 # -fsanitize=fuzzer,address,undefined) in a fresh temporary folder and runs it.
 #   tests/fuzz/run.sh [SECONDS=60] [more libFuzzer options...]
 # Exits non-zero on any finding (crash, leak, undefined behaviour, an exception other than
-# gmmgen::SpecError, a broken round trip); the crashing input is printed in base64. Needs clang,
-# libfuzzer-14-dev and libclang-rt-14-dev (Debian 12), plus gmm-gen's own build dependencies.
+# gmmgen::SpecError, a broken round trip); the crashing input is printed in base64; 77 (skipped)
+# without clang++. Needs clang, libfuzzer-14-dev and libclang-rt-14-dev (Debian 12), plus
+# gmm-gen's own build dependencies.
 # CXX/CC override the compilers (default clang++/clang).
 set -euo pipefail
 seconds=${1:-60}
 [ $# -gt 0 ] && shift
 here=$(cd "$(dirname "$0")" && pwd)
+if ! command -v "${CXX:-clang++}" >/dev/null; then
+  echo "fuzz: skipped: no ${CXX:-clang++} (libFuzzer needs clang; Debian: apt-get install clang)"
+  exit 77
+fi
 work=$(mktemp -d "${TMPDIR:-/tmp}/gmmgen-fuzz.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 
 echo "fuzz: building in $work"
-if ! cmake -S "$here" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+# -O1 -g1: quick to build, line numbers in a finding's stack.
+if ! cmake -S "$here" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+     -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" -DCMAKE_C_FLAGS_DEBUG="-O1 -g1" \
      -DCMAKE_CXX_COMPILER="${CXX:-clang++}" -DCMAKE_C_COMPILER="${CC:-clang}" \
      >"$work/build.log" 2>&1 ||
    ! cmake --build "$work/build" --target spec_fuzzer >>"$work/build.log" 2>&1; then
@@ -40,5 +48,5 @@ if [ "$status" -ne 0 ]; then
   echo "fuzz: FINDING after ${runs:-?} executions (exit $status)" >&2
   exit 1
 fi
-tail -n 3 "$work/fuzz.log"
+grep '^fuzz: ' "$work/fuzz.log" || true  # the executions of each parser
 echo "fuzz: ${runs:-0} executions in ${seconds} s, no finding"

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "gmmgen/hash.h"
+#include "jit/cache_entry.h"
 #include "jit/toolchain.h"
 
 namespace gmmgen {
@@ -225,26 +226,16 @@ DiskCache::State DiskCache::check(const std::string& key, std::string* why) cons
     return corrupt("entry is incomplete");
   require_safe(json_path, false);
   require_safe(so, false);
-  nlohmann::json entry;
-  try {
-    std::ifstream in(json_path);
-    entry = nlohmann::json::parse(in);
-  } catch (const std::exception& e) {
-    return corrupt(std::string("entry.json is unreadable: ") + e.what());
-  }
-  // Every field is checked for its type: entry.json is data, and bad data means rebuild.
-  auto field = [&](const char* name) -> const nlohmann::json* {
-    if (!entry.is_object()) return nullptr;
-    auto it = entry.find(name);
-    return it == entry.end() ? nullptr : &*it;
-  };
-  const nlohmann::json *k = field("key"), *bytes = field("so_bytes"), *hash = field("so_hash");
-  if (!k || !k->is_string() || k->get<std::string>() != key)
-    return corrupt("entry.json does not name key " + key + " as a string \"key\"");
-  if (!bytes || !bytes->is_number_unsigned() || bytes->get<uintmax_t>() != uintmax_t(so_st.st_size))
-    return corrupt("kernel.so does not have the size \"so_bytes\" in entry.json (truncated?)");
-  if (!hash || !hash->is_string() || hash->get<std::string>() != file_hash(so))
-    return corrupt("kernel.so does not have the hash \"so_hash\" in entry.json");
+  if (st.st_size > kMaxEntryJsonBytes)
+    return corrupt("entry.json has " + std::to_string(st.st_size) + " bytes, more than the " +
+                   std::to_string(kMaxEntryJsonBytes) + " an entry may have");
+  std::ifstream in(json_path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  if (!in) return corrupt("entry.json is unreadable");
+  const std::string bad =
+      entry_mismatch(text.str(), key, uintmax_t(so_st.st_size), [&] { return file_hash(so); });
+  if (!bad.empty()) return corrupt(bad);
   return State::kValid;
 }
 
