@@ -20,6 +20,7 @@
 #include "jit/disk_cache.h"
 #include "jit/toolchain.h"
 #include "runtime_fixtures.h"
+#include "scratch.h"
 #include "smoke_kernels.h"
 #include "smoke_kernels_avx2.h"
 #include "smoke_kernels_avx512bf16.h"
@@ -546,6 +547,54 @@ TEST_F(RuntimeTest, CacheCommandListsAndClears) {
   r = run_process({"env", env, GMMGEN_CLI, "cache", "clear"});
   EXPECT_NE(r.output.find("removed 1 entries"), std::string::npos) << r.output;
   EXPECT_TRUE(DiskCache(dir_).list().empty());
+}
+
+// GMMGEN_DISABLE_JIT reads yes/no words as GMMGEN_LOG does, and nothing else; GMMGEN_NUM_THREADS
+// takes digits only. (GMMGEN_CXX=echo tells the two JIT states apart without compiling: its
+// version probe succeeds, so enabled, the build fails having written no kernel.so; disabled, it
+// is refused before.)
+TEST(RuntimeEnv, YesNoWordsAndThreadCountsAreValidated) {
+  const testing::Scratch cache("gmmgen_env");
+  setenv("GMMGEN_CACHE_DIR", cache.path.c_str(), 1);
+  setenv("GMMGEN_CXX", "echo", 1);
+  const KernelSpec spec = parse_text("k=24,n=20,g=3,lhs=f32,rhs=f32,tm=8,tk=8,tn=8");
+  for (const char* yes : {"1", "true", "YES", "on"}) {
+    setenv("GMMGEN_DISABLE_JIT", yes, 1);
+    Runtime rt;
+    EXPECT_THROW(rt.warmup({spec}), JitDisabledError) << yes;
+  }
+  for (const char* no : {"0", "false", "No", "off", ""}) {
+    setenv("GMMGEN_DISABLE_JIT", no, 1);
+    Runtime rt;
+    EXPECT_THROW(rt.warmup({spec}), CompileError) << "'" << no << "'";
+  }
+  for (const char* bad : {"2", "maybe", " 1", "enable"}) {
+    setenv("GMMGEN_DISABLE_JIT", bad, 1);
+    try {
+      Runtime rt;
+      ADD_FAILURE() << "accepted GMMGEN_DISABLE_JIT=" << bad;
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("GMMGEN_DISABLE_JIT="), std::string::npos) << e.what();
+    }
+  }
+  unsetenv("GMMGEN_DISABLE_JIT");
+  unsetenv("GMMGEN_CXX");
+
+  setenv("GMMGEN_NUM_THREADS", "3", 1);
+  EXPECT_EQ(3, Runtime().num_threads());
+  setenv("GMMGEN_NUM_THREADS", "", 1);  // empty: unset
+  EXPECT_EQ(int(std::max(1u, std::thread::hardware_concurrency())), Runtime().num_threads());
+  for (const char* bad : {" 4", "+4", "4 ", "0", "4097", "x", "99999999999999999999", "-1"}) {
+    setenv("GMMGEN_NUM_THREADS", bad, 1);
+    try {
+      Runtime rt;
+      ADD_FAILURE() << "accepted GMMGEN_NUM_THREADS='" << bad << "'";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("GMMGEN_NUM_THREADS="), std::string::npos) << e.what();
+    }
+  }
+  unsetenv("GMMGEN_NUM_THREADS");
+  unsetenv("GMMGEN_CACHE_DIR");
 }
 
 }  // namespace
