@@ -19,6 +19,7 @@
 #include <utility>
 
 #include "gmmgen/emit.h"
+#include "gmmgen/fd.h"
 
 namespace gmmgen {
 namespace fs = std::filesystem;
@@ -27,29 +28,6 @@ namespace {
 [[noreturn]] void io_error(const std::string& what, const fs::path& p, int err) {
   throw WriteError("emit: cannot " + what + " " + p.string() + ": " + std::strerror(err));
 }
-
-// An owned file descriptor.
-class Fd {
- public:
-  explicit Fd(int fd = -1) : fd_(fd) {}
-  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
-  Fd& operator=(Fd&& o) noexcept {
-    if (this != &o) {
-      if (fd_ >= 0) close(fd_);
-      fd_ = std::exchange(o.fd_, -1);
-    }
-    return *this;
-  }
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 // A relative path's components, or nothing if it is not a plain path below its folder (absolute,
 // empty, or with an empty, "." or ".." component).
@@ -94,7 +72,7 @@ class Tree {
   explicit Tree(const fs::path& dir) : dir_(dir) {
     const int fd = open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
     if (fd < 0) io_error("open the output folder", dir, errno);
-    folders_.emplace("", Fd(fd));
+    folders_.emplace("", UniqueFd(fd));
   }
 
   // Removes the (empty) folder `rel` that folder() made (best effort, for a roll back).
@@ -136,30 +114,22 @@ class Tree {
                            " is not a folder (a symlink or a file): nothing is written through it");
         io_error("open", dir_ / path, errno);
       }
-      parent = folders_.emplace(path, Fd(fd)).first->second.get();
+      parent = folders_.emplace(path, UniqueFd(fd)).first->second.get();
     }
     return parent;
   }
 
  private:
   fs::path dir_;
-  std::map<std::string, Fd> folders_;
+  std::map<std::string, UniqueFd> folders_;
 };
 
 // The content of `name` in folder `dfd` if it is a regular file (not a symlink), else nothing.
 bool read_regular(int dfd, const std::string& name, std::string& out) {
-  const Fd fd(openat(dfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  const UniqueFd fd(openat(dfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
   struct stat st;
   if (fd.get() < 0 || fstat(fd.get(), &st) != 0 || !S_ISREG(st.st_mode)) return false;
-  out.clear();
-  char buf[65536];
-  for (;;) {
-    const ssize_t n = read(fd.get(), buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return false;
-    if (n == 0) return true;
-    out.append(buf, size_t(n));
-  }
+  return read_to_end(fd.get(), out);
 }
 
 // Writes content to a new file of a random name beside `name` in folder `dfd` (O_CREAT |

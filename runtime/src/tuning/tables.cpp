@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "gmmgen/fd.h"
 #include "gmmgen/heuristics.h"
 
 namespace gmmgen::tuning {
@@ -28,21 +29,6 @@ std::string rows_text(double rows) {
   std::snprintf(buf, sizeof buf, "%.1f", rows);
   return buf;
 }
-
-// An owned file descriptor.
-class Fd {
- public:
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd() {
-    if (fd_ >= 0) close(fd_);
-  }
-  int get() const { return fd_; }
-
- private:
-  int fd_;
-};
 
 // Why a table folder or file is not read ("" when it is): like the cache root, it must belong
 // to the current user and be writable by no one else, or another user would choose this
@@ -83,7 +69,7 @@ bool list_folder(int dir, std::vector<std::string>& names) {
 // Reads table `name` of the folder into text; "" on success, else why not (a suffix for
 // "tuning table ignored: <path>").
 std::string read_own_file(int dir, const std::string& name, std::string& text) {
-  const Fd fd(openat(dir, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  const UniqueFd fd(openat(dir, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
   struct stat st;
   if (fd.get() < 0)
     return errno == ELOOP ? " is a symlink" : std::string(": ") + std::strerror(errno);
@@ -93,17 +79,11 @@ std::string read_own_file(int dir, const std::string& name, std::string& text) {
   if (st.st_size > kMaxTableBytes)
     return " has " + std::to_string(st.st_size) + " bytes, more than the " +
            std::to_string(kMaxTableBytes) + " a table may have";
-  text.clear();
-  char buf[65536];
-  for (;;) {
-    const ssize_t n = read(fd.get(), buf, sizeof buf);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ": cannot be read";
-    if (n == 0) return "";
-    if (int64_t(text.size()) + n > kMaxTableBytes)
-      return " grew past the " + std::to_string(kMaxTableBytes) + " bytes a table may have";
-    text.append(buf, size_t(n));
-  }
+  if (!read_to_end(fd.get(), text, kMaxTableBytes))
+    return errno == EFBIG
+               ? " grew past the " + std::to_string(kMaxTableBytes) + " bytes a table may have"
+               : ": cannot be read";
+  return "";
 }
 
 }  // namespace
@@ -196,7 +176,7 @@ void Tables::load() const {
     // The folder is opened once, without following a symlink, and every file is read through
     // it: no rename or link another user makes between the checks and the read changes what is
     // read.
-    const Fd dir(open(src.dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
+    const UniqueFd dir(open(src.dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC));
     if (dir.get() < 0) {
       const int err = errno;
       // The cache's folder exists only once something was tuned; a folder the user named must.
