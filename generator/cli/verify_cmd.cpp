@@ -129,10 +129,11 @@ int run_child(const std::vector<std::string>& argv, bool quiet) {
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
 }
 
-// A Python that imports JAX and Pallas's TPU API: $GMMGEN_PYTHON if set, else python3 (PATH),
-// else /usr/bin/python3; "" if none does.
+// A Python that imports JAX and Pallas's TPU API: $GMMGEN_PYTHON if set, else the project's
+// virtual environment this gmm-gen was built beside (.ci/deps installs JAX there), else python3
+// (PATH), else /usr/bin/python3; "" if none does.
 std::string python_with_jax() {
-  std::vector<std::string> candidates{"python3", "/usr/bin/python3"};
+  std::vector<std::string> candidates{GMMGEN_JAX_PYTHON, "python3", "/usr/bin/python3"};
   if (const char* p = std::getenv("GMMGEN_PYTHON"); p && *p) candidates = {p};
   for (const auto& py : candidates)
     if (run_child({py, "-c", "import jax, jax.experimental.pallas.tpu"}, true) == 0) return py;
@@ -146,8 +147,9 @@ int verify_pallas(const fs::path& dir, size_t count, uint64_t seed, bool quick) 
   const std::string python = python_with_jax();
   if (python.empty()) {
     std::printf(
-        "%zu Pallas module%s not run: no Python with JAX found (set GMMGEN_PYTHON to one)\n", count,
-        count == 1 ? "" : "s");
+        "%zu Pallas module%s not run: no Python with JAX found (.ci/deps installs one; or set "
+        "GMMGEN_PYTHON)\n",
+        count, count == 1 ? "" : "s");
     return kExitSkipped;
   }
   const fs::path checker = dir / "check_pallas.py";
@@ -349,7 +351,8 @@ Command add_verify(CLI::App& app) {
       "runnable); they are compiled in a fresh mkdtemp folder under $TMPDIR, which no other user\n"
       "may be able to change.\n"
       "Pallas modules (target=pallas) run in TPU interpret mode through a Python with JAX\n"
-      "($GMMGEN_PYTHON, else python3): tests/pallas/check_pallas.py, built into gmm-gen. Without\n"
+      "($GMMGEN_PYTHON, else the .venv that .ci/deps makes, else python3):\n"
+      "tests/pallas/check_pallas.py, built into gmm-gen. Without\n"
       "one they are not run; if nothing at all ran, the exit status is 77 (skipped).\n"
       "--target T beside --spec/--spec-file selects the kernels of one target.\n"
       "Example:\n  gmm-gen verify --spec-file generated/specs.json\n"

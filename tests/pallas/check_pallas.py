@@ -1,31 +1,44 @@
 #!/usr/bin/env python3
 """Checks gmm-gen's Pallas modules in TPU interpret mode.
 
-usage: check_pallas.py DIR [--seed S] [--quick] [--cpp-lib LIB --cpp-manifest MANIFEST]
+usage: check_pallas.py DIR [--seed S] [--quick] [--shard I/N] [--python PY] [--interpret hlo]
+                       [--cpp-lib LIB --cpp-manifest M]
 
 DIR is a folder written by `gmm-gen emit` (its pallas/ subfolder holds the modules) or a folder
-of modules. For every module, on the edge-case families that `gmm-gen verify` uses for C++
+of modules; --shard I/N checks every N-th module from the I-th (the test suite runs shards in
+parallel); --python PY re-runs the checker under PY (a Python with JAX) where PY exists.
+For every module, on the edge-case families that `gmm-gen verify` uses for C++
 kernels (empty groups first, in the middle and last; groups starting inside an m-tile;
-sum(group_sizes) < M; shards at both ends of the groups; 13, 21 and 45 m-tiles; M = 0; a NaN
-in one expert; small-integer inputs whose sums are exact), it runs
+sum(group_sizes) < M; shards at both ends of the groups; 13 and 45 m-tiles; M = 0; a NaN in one
+expert; small-integer inputs whose sums are exact; --quick: one case per shard combining the
+first three, and M = 0), it runs
 
-  gmm modules:  gmm (the forward) and the VJP of differentiable_gmm (the dlhs and drhs kernels),
+  gmm modules:  the VJP of differentiable_gmm (the forward, the dlhs and drhs kernels, and the
+                cotangent of existing_out), gmm itself (without --quick: same bytes),
+                the VJP once more with jax_custom_vjp3 on where this JAX has the flag
+                (interpret="hlo": a custom VJP under that flag rejects TPU interpret
+                mode's host callbacks),
   tgmm modules: tgmm,
 
 in TPU interpret mode (pltpu.InterpretParams with uninitialized memory poisoned to NaN, or
-interpret=True where this JAX has no InterpretParams), and compares every output element with a
-float64 numpy reference (elements outside the active groups exactly; the others within the
-bound of f32 summation plus one rounding to the output dtype) and with jax.lax.ragged_dot (and
-its VJP). Rows outside the active groups hold NaN in the inputs, so a kernel that reads them
-poisons its result. Modules whose K or N is not a multiple of tk or tn exercise the masked
-partial blocks; the summary says which module covers which.
+interpret=True where this JAX has no InterpretParams; --interpret hlo: Pallas's generic
+interpreter, ~15x faster, no TPU memory model; JAX_PLATFORMS defaults to cpu), and
+compares every output element with a float64 numpy reference (elements outside the active
+groups exactly; the others within the bound of f32 summation plus one rounding to the output
+dtype) and with jax.lax.ragged_dot (and its VJP). Rows outside the active groups hold NaN in
+the inputs, so a kernel that reads them poisons its result. Modules whose K or N is not a
+multiple of tk or tn exercise the masked partial blocks; each module's line says what it
+covers, its cases, its worst error as a share of the bound and its run time. Interpret mode
+compiles per shape and runs host callbacks per grid step (~25 ms each): most cases share one M.
 
 It also checks make_group_metadata against a brute-force builder (megablox's definition,
-group by group) on 300 random partitions of up to ~5000 m-tiles, running the module's code
-under jax.numpy and under numpy; with --cpp-lib (a shared object of C++ gmm kernels emitted by
-gmm-gen) and --cpp-manifest (its manifest.json) also against their C++ builders (ctypes).
+group by group) on 300 (--quick: 12) random partitions of up to ~5000 m-tiles, running the
+module's code under jax.numpy and under numpy; with --cpp-lib (a shared object of C++ gmm
+kernels emitted by gmm-gen) and --cpp-manifest (its manifest.json) also against their C++
+builders (ctypes).
 
-Exit status: 0 every check passed; 1 a mismatch or an error; 2 bad usage; 77 skipped (no JAX).
+Exit status: 0 every check passed; 1 a mismatch or an error; 2 bad usage; 77 skipped (no JAX;
+with GMMGEN_REQUIRE_JAX=1 that is an error, 1).
 """
 import argparse
 import ctypes
@@ -68,34 +81,35 @@ class Case:
 
 
 def make_cases(mod, tm, rng, quick):
-    """The edge-case families for a module with m-tiles of tm rows."""
+    """The edge-case families for a module with m-tiles of tm rows. Most share one M, so that
+    each kernel is traced and compiled once for them (interpret mode compiles per shape); the
+    quick subset keeps, per shard, one case that combines empty groups (first, middle, last),
+    groups starting inside m-tiles and sum(group_sizes) < M, and M = 0."""
     g = mod.G
     offsets = [0] if mod.G_LOCAL == mod.G else [0, mod.G - mod.G_LOCAL]
+    m = 3 * tm + 5
     cases = []
     for off in offsets:
         shard = f" offset={off}"
-        m = 3 * tm + 5
-        cases.append(Case("uniform" + shard, m, [m // g + (i < m % g) for i in range(g)], off))
-        m = 4 * tm + 3
-        sizes = partition(rng, m, g)
-        empties = {0, g // 2, g - 1}  # empty groups first, in the middle and last
-        for i in empties:
+        sizes = partition(rng, m - min(3, m // 4), g)
+        for i in {0, g // 2, g - 1}:  # empty groups first, in the middle and last
             sizes[i] = 0
-        sizes[next((i for i in range(g) if i not in empties), 0)] += m - sum(sizes)
-        cases.append(Case("empty first/middle/last" + shard, m, sizes, off))
+        sizes[next((i for i in range(g) if i not in {0, g // 2, g - 1}), 0)] += (
+            m - min(3, m // 4) - sum(sizes))
+        cases.append(Case("empty first/middle/last, sum(group_sizes) < M" + shard, m, sizes, off))
+        if quick:
+            continue
+        cases.append(Case("uniform" + shard, m, [m // g + (i < m % g) for i in range(g)], off))
         # Every group but the first starts inside an m-tile.
         step = max(1, tm // 2 + 1)
-        m = step * g + tm // 3
-        cases.append(Case("starts mid-tile" + shard, m, [step] * g, off))
-        m = 5 * tm + 7
-        cases.append(Case("sum(group_sizes) < M" + shard, m, partition(rng, m - tm - 3, g), off))
+        cases.append(Case("starts mid-tile" + shard, m,
+                          [step] * min(g, m // step) + [0] * (g - min(g, m // step)), off))
         cases.append(Case("NaN in one expert" + shard, m, partition(rng, m, g), off, nan=True))
-        if not quick:
-            cases.append(Case("exact sums" + shard, m, partition(rng, m, g), off, exact=True))
-    tiles = (13,) if quick else (13, 21, 45)
-    for t in tiles:
-        m = (t - 1) * tm + max(1, tm // 2)  # t m-tiles, the last one partial
-        cases.append(Case(f"{t} m-tiles", m, partition(rng, m, g), offsets[-1]))
+        cases.append(Case("exact sums" + shard, m, partition(rng, m, g), off, exact=True))
+    if not quick:
+        for t in (13, 45):
+            mt = (t - 1) * tm + max(1, tm // 2)  # t m-tiles, the last one partial
+            cases.append(Case(f"{t} m-tiles", mt, partition(rng, mt, g), offsets[-1]))
     cases.append(Case("M = 0", 0, [0] * g, 0))
     return cases
 
@@ -170,8 +184,11 @@ def random_values(np, rng_np, shape, exact):
 # ---- gmm modules ------------------------------------------------------------------------------
 
 
-def check_gmm_module(mod, case, ctx):
+def check_gmm_module(mod, case, ctx, diff_mod=None):
+    """diff_mod: the module whose differentiable_gmm is differentiated (mod itself, or a copy
+    of it loaded with another custom_vjp implementation)."""
     np, jnp, jax, chk = ctx.np, ctx.jnp, ctx.jax, ctx.checker
+    diff_mod = diff_mod or mod
     K, N, GL = mod.K, mod.N, mod.G_LOCAL
     m, sizes, go = case.m, case.sizes, case.offset
     offs = group_rows(sizes)
@@ -244,29 +261,29 @@ def check_gmm_module(mod, case, ctx):
 
     where = f"{mod.NAME} [{case.label}, M={m}]"
     round_out = out_t if case.exact else None
-    fn = lambda l, r: mod.differentiable_gmm(  # noqa: E731
-        l, r, gs, group_offset=go, existing_out=existing, interpret=ctx.interpret)
-    out, vjp = jax.vjp(fn, lhs, rhs)
-    dlhs, drhs = vjp(dout)
+    # One VJP gives the cotangents of lhs, rhs and (where the module takes it) existing_out.
+    fn = lambda l, r, *e: diff_mod.differentiable_gmm(  # noqa: E731
+        l, r, gs, group_offset=go, existing_out=e[0] if e else None, interpret=ctx.interpret)
+    primals = (lhs, rhs) if existing is None else (lhs, rhs, existing)
+    out, vjp = jax.vjp(fn, *primals)
+    dlhs, drhs, *dexisting = vjp(dout)
     ok = chk.compare(f"{where} gmm", out, out_ref, bound(out_ref, out_abs, K, out_t),
                      exact_rows, round_out)
     ok &= chk.compare(f"{where} dlhs", dlhs, dlhs_ref, bound(dlhs_ref, dlhs_abs, N, lhs_t),
                       exact_rows, lhs_t if case.exact else None)
     ok &= chk.compare(f"{where} drhs", drhs, drhs_ref, bound(drhs_ref, drhs_abs, drhs_terms, rhs_t),
                       np.zeros(drhs_ref.shape, dtype=bool), rhs_t if case.exact else None)
-    # The plain kernel entry points give the same bytes as the differentiable path.
-    direct = mod.gmm(lhs, rhs, gs, group_offset=go, existing_out=existing, interpret=ctx.interpret)
-    ok &= chk.compare(f"{where} gmm vs differentiable_gmm", direct,
-                      np.asarray(jnp.asarray(out).astype(jnp.float32), dtype=np.float64), 0.0,
-                      np.ones((m, 1), dtype=bool))
     if mod.OUT_MODE != "plain":  # the cotangent of existing_out
-        f2 = lambda e: mod.differentiable_gmm(  # noqa: E731
-            lhs, rhs, gs, group_offset=go, existing_out=e, interpret=ctx.interpret)
-        (dexisting,) = jax.vjp(f2, existing)[1](dout)
         want = dout64 if mod.OUT_MODE == "accumulate" else np.where(exact_rows, dout64, 0.0)
-        ok &= chk.compare(f"{where} d existing_out", dexisting, want, 0.0,
+        ok &= chk.compare(f"{where} d existing_out", dexisting[0], want, 0.0,
                           np.ones((m, 1), dtype=bool))
-    if case.nan or m == 0 or not ctx.ragged:
+    if not ctx.quick:  # the plain entry point gives the same bytes as the differentiable path
+        direct = mod.gmm(lhs, rhs, gs, group_offset=go, existing_out=existing,
+                         interpret=ctx.interpret)
+        ok &= chk.compare(f"{where} gmm vs differentiable_gmm", direct,
+                          np.asarray(jnp.asarray(out).astype(jnp.float32), dtype=np.float64), 0.0,
+                          np.ones((m, 1), dtype=bool))
+    if case.nan or m == 0 or not ctx.ragged or diff_mod is not mod:
         return ok
     # jax.lax.ragged_dot and its VJP, on NaN-free copies (its dense formulation multiplies
     # every row by every group's weights), over all G groups with zero weights for the groups
@@ -439,9 +456,9 @@ def check_metadata(mod, ctx, cpp):
     # Traced as the kernels trace it: sizes and start_group are run-time values.
     traced = jax.jit(mod.make_group_metadata,
                      static_argnames=("m", "tm", "num_nonzero_groups", "visit_empty_groups"))
-    cases = random_metadata_cases(ctx.seed)
+    cases = random_metadata_cases(ctx.seed, 12 if ctx.quick else 300)
     for tm in sorted(cpp):  # the C++ builders have their tm baked in
-        cases += random_metadata_cases(ctx.seed + tm, 60, (tm,))
+        cases += random_metadata_cases(ctx.seed + tm, 4 if ctx.quick else 60, (tm,))
     for sizes, m, tm, start, count, visit in cases:
         chk.checks += 1
         want = brute_force_metadata(sizes, m, tm, start, count, visit)
@@ -506,46 +523,86 @@ class Context:
     pass
 
 
+def load_module_with_vjp3(path, jax):
+    """A second copy of a module whose custom_vjp was created with jax_custom_vjp3 on (the flag
+    is read when jax.custom_vjp is applied), or None where this JAX has no such flag."""
+    if not hasattr(jax.config, "jax_custom_vjp3"):
+        return None
+    jax.config.update("jax_custom_vjp3", True)
+    try:
+        return load_module(path)
+    finally:
+        jax.config.update("jax_custom_vjp3", False)
+
+
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("dir")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--quick", action="store_true", help="fewer cases per module")
+    parser.add_argument("--shard", default="0/1", help="I/N: check modules I, I+N, I+2N, ...")
     parser.add_argument("--cpp-lib", help="shared object of C++ gmm kernels (metadata check)")
     parser.add_argument("--cpp-manifest", help="manifest.json listing the kernels of --cpp-lib")
+    parser.add_argument("--python", help="run under this Python (with JAX) where it exists")
+    parser.add_argument("--interpret", choices=("tpu", "hlo"), default="tpu",
+                        help="TPU interpret mode (default) or Pallas's generic interpreter")
     args = parser.parse_args(argv)
+    if args.python and os.path.abspath(sys.executable) != os.path.abspath(args.python) and \
+            os.access(args.python, os.X_OK):
+        os.execv(args.python, [args.python, os.path.abspath(__file__)] + argv)
+    try:
+        shard, shards = (int(x) for x in args.shard.split("/"))
+        if not 0 <= shard < shards:
+            raise ValueError
+    except ValueError:
+        parser.error(f"--shard {args.shard}: must be I/N with 0 <= I < N")
     folder = os.path.join(args.dir, "pallas") if os.path.isdir(
         os.path.join(args.dir, "pallas")) else args.dir
     paths = sorted(glob.glob(os.path.join(folder, "*.py")))
     if not paths:
         print(f"check_pallas: no modules (*.py) in {folder}", file=sys.stderr)
         return 2
+    paths = paths[shard::shards]
+    # Interpret mode runs on the host: never on an accelerator JAX would pick by default.
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
     try:
         import numpy as np
         import jax
         import jax.numpy as jnp
         from jax.experimental.pallas import tpu as pltpu
     except ImportError as e:
-        print(f"skipped: the Pallas checks need JAX ({e})")
+        if os.environ.get("GMMGEN_REQUIRE_JAX") == "1":
+            print(f"check_pallas: GMMGEN_REQUIRE_JAX=1 and no JAX here ({e}); .ci/deps "
+                  "installs it", file=sys.stderr)
+            return 1
+        print(f"skipped: the Pallas checks need JAX ({e}); .ci/deps installs it")
         return EXIT_SKIPPED
 
+    started = time.time()
     ctx = Context()
     ctx.np, ctx.jnp, ctx.jax = np, jnp, jax
-    ctx.seed = args.seed
+    ctx.seed, ctx.quick = args.seed, args.quick
     ctx.checker = Checker(np, jnp)
     params = getattr(pltpu, "InterpretParams", None)
-    ctx.interpret = params(uninitialized_memory="nan") if params is not None else True
-    mode = "TPU interpret mode, uninitialized memory = NaN" if params else "interpret=True"
+    if args.interpret == "hlo":
+        ctx.interpret, mode = "hlo", "Pallas's generic interpreter (interpret=\"hlo\")"
+    elif params is not None:
+        ctx.interpret = params(uninitialized_memory="nan")
+        mode = "TPU interpret mode, uninitialized memory = NaN"
+    else:
+        ctx.interpret, mode = True, "interpret=True (this JAX has no TPU interpret mode)"
     ctx.ragged = hasattr(jax.lax, "ragged_dot") and hasattr(jax.lax, "ragged_dot_general")
     print(f"JAX {jax.__version__} on {jax.devices()[0].device_kind}; {mode}"
           + ("" if ctx.ragged else "; no jax.lax.ragged_dot here: float64 reference only"))
     cpp = cpp_builders(args.cpp_lib, args.cpp_manifest) if args.cpp_lib else {}
     rng = random.Random(args.seed)
-    failed_modules = 0
+    failed_modules = cases_run = 0
     for path in paths:
         t0 = time.time()
         ctx.checker.failures = []
         checks0 = ctx.checker.checks
+        worst0, ctx.checker.worst = ctx.checker.worst, 0.0
+        cases = []
         try:
             mod = load_module(path)
             tm = mod.TILING[0]
@@ -562,10 +619,25 @@ def main(argv):
             check = check_gmm_module if mod.OP == "gmm" else check_tgmm_module
             ctx.seed_for = lambda case, base=args.seed: zlib.crc32(
                 f"{base} {mod.NAME} {case.label} {case.m}".encode())
+            ok = True
             for case in cases:
-                if not check(mod, case, ctx):
+                ok = check(mod, case, ctx)
+                if not ok:
                     break
-            if not ctx.checker.failures:
+            # The custom VJP again, created with jax_custom_vjp3 on (to become JAX's default).
+            vjp3 = load_module_with_vjp3(path, jax) if ok and mod.OP == "gmm" else None
+            if vjp3 is not None:
+                # TPU interpret mode's host callbacks are effects, which a custom VJP under
+                # jax_custom_vjp3 rejects: this run uses Pallas's generic interpreter.
+                jax.config.update("jax_custom_vjp3", True)
+                saved, ctx.interpret = ctx.interpret, "hlo"
+                try:
+                    ok = check(mod, cases[0], ctx, diff_mod=vjp3)
+                finally:
+                    jax.config.update("jax_custom_vjp3", False)
+                    ctx.interpret = saved
+                covers.append("custom_vjp3 on and off")
+            if ok:
                 check_metadata(mod, ctx, cpp)
         except Exception:  # an error is a failure of the module, reported with its trace
             ctx.checker.failures.append(f"{os.path.basename(path)}: error\n{traceback.format_exc()}")
@@ -573,14 +645,18 @@ def main(argv):
             if reset is not None:
                 reset()
         status = "ok" if not ctx.checker.failures else "MISMATCH"
-        print(f"{os.path.basename(path)[:-3]:<72} {ctx.checker.checks - checks0:5d} checks "
-              f"{time.time() - t0:7.1f}s {status}"
+        print(f"{os.path.basename(path)[:-3]:<72} {len(cases):3d} cases "
+              f"{ctx.checker.checks - checks0:5d} checks, worst {100 * ctx.checker.worst:5.1f}% "
+              f"of bound {time.time() - t0:7.1f}s {status}"
               + (f"  ({', '.join(covers)})" if not ctx.checker.failures and covers else ""))
         for failure in ctx.checker.failures[:3]:
             print("  " + failure.replace("\n", "\n  "))
         failed_modules += bool(ctx.checker.failures)
+        cases_run += len(cases)
+        ctx.checker.worst = max(worst0, ctx.checker.worst)
         sys.stdout.flush()
-    print(f"{len(paths)} Pallas modules checked, {failed_modules} mismatched; worst error "
+    print(f"{len(paths)} Pallas modules checked ({cases_run} cases, {ctx.checker.checks} checks) "
+          f"in {time.time() - started:.1f} s, {failed_modules} mismatched; worst error "
           f"{100 * ctx.checker.worst:.1f}% of its bound")
     return 1 if failed_modules else 0
 
