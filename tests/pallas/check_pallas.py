@@ -14,11 +14,14 @@ expert; small-integer inputs whose sums are exact; --quick: one case per shard c
 first three, and M = 0), it runs
 
   gmm modules:  the VJP of differentiable_gmm (the forward, the dlhs and drhs kernels, and the
-                cotangent of existing_out), gmm itself (without --quick: same bytes),
+                cotangent of existing_out); without --quick also gmm, tgmm (lhs [K, M]) and
+                tgmm_mk (lhs [M, K]), which must give the VJP's drhs bytes in
+                megablox's layout [G_local, K, N],
                 the VJP once more with jax_custom_vjp3 on where this JAX has the flag
                 (interpret="hlo": a custom VJP under that flag rejects TPU interpret
                 mode's host callbacks),
-  tgmm modules: tgmm,
+  tgmm modules: tgmm (lhs [K, M]) or tgmm_mk (lhs [M, K]), whichever reads the module's layout
+                in place; without --quick also the other (same bytes),
 
 in TPU interpret mode (pltpu.InterpretParams with uninitialized memory poisoned to NaN, or
 interpret=True where this JAX has no InterpretParams; --interpret hlo: Pallas's generic
@@ -263,7 +266,8 @@ def check_gmm_module(mod, case, ctx, diff_mod=None):
     round_out = out_t if case.exact else None
     # One VJP gives the cotangents of lhs, rhs and (where the module takes it) existing_out.
     fn = lambda l, r, *e: diff_mod.differentiable_gmm(  # noqa: E731
-        l, r, gs, group_offset=go, existing_out=e[0] if e else None, interpret=ctx.interpret)
+        l, r, gs, preferred_element_type=out_t, group_offset=go,
+        existing_out=e[0] if e else None, interpret=ctx.interpret)
     primals = (lhs, rhs) if existing is None else (lhs, rhs, existing)
     out, vjp = jax.vjp(fn, *primals)
     dlhs, drhs, *dexisting = vjp(dout)
@@ -278,11 +282,21 @@ def check_gmm_module(mod, case, ctx, diff_mod=None):
         ok &= chk.compare(f"{where} d existing_out", dexisting[0], want, 0.0,
                           np.ones((m, 1), dtype=bool))
     if not ctx.quick:  # the plain entry point gives the same bytes as the differentiable path
-        direct = mod.gmm(lhs, rhs, gs, group_offset=go, existing_out=existing,
-                         interpret=ctx.interpret)
+        direct = mod.gmm(lhs, rhs, gs, preferred_element_type=out_t, group_offset=go,
+                         existing_out=existing, interpret=ctx.interpret)
         ok &= chk.compare(f"{where} gmm vs differentiable_gmm", direct,
                           np.asarray(jnp.asarray(out).astype(jnp.float32), dtype=np.float64), 0.0,
                           np.ones((m, 1), dtype=bool))
+        # megablox's tgmm (lhs [K, M]) and tgmm_mk give the VJP's drhs, in megablox's layout
+        # [G_local, K, N] whatever rhs's.
+        drhs64 = np.asarray(jnp.asarray(drhs).astype(jnp.float32), dtype=np.float64)
+        if mod.TRANSPOSE_RHS:
+            drhs64 = drhs64.swapaxes(1, 2)
+        for name, x in (("tgmm", jnp.swapaxes(lhs, 0, 1)), ("tgmm_mk", lhs)):
+            got = getattr(mod, name)(x, dout, gs, preferred_element_type=rhs_t, group_offset=go,
+                                     interpret=ctx.interpret)
+            ok &= chk.compare(f"{where} {name} vs the VJP's drhs", got, drhs64, 0.0,
+                              np.ones(drhs64.shape, dtype=bool))
     if case.nan or m == 0 or not ctx.ragged or diff_mod is not mod:
         return ok
     # jax.lax.ragged_dot and its VJP, on NaN-free copies (its dense formulation multiplies
@@ -348,7 +362,8 @@ def check_tgmm_module(mod, case, ctx):
             r, kk = offs[go + j] + int(rng.integers(sizes[go + j])), int(rng.integers(K))
             x64[r, kk] = np.nan
             nan_at = (j, kk)
-    lhs = jnp.asarray((x64.T if km else x64).astype(np.float32)).astype(lhs_t)
+    lhs_mk = jnp.asarray(x64.astype(np.float32)).astype(lhs_t)
+    lhs_km = jnp.swapaxes(lhs_mk, 0, 1)  # [K, M]: megablox's tgmm layout
     rhs = jnp.asarray(y64.astype(np.float32)).astype(rhs_t)
     gs = jnp.asarray(np.array(sizes, dtype=np.int32))
     oshape = (GL, N, K) if mod.TRANSPOSE_RHS else (GL, K, N)
@@ -375,8 +390,22 @@ def check_tgmm_module(mod, case, ctx):
         for j in range(GL):
             empty[j] = sizes[go + j] == 0
     where = f"{mod.NAME} [{case.label}, M={m}]"
-    out = mod.tgmm(lhs, rhs, gs, group_offset=go, existing_out=existing, interpret=ctx.interpret)
-    ok = chk.compare(f"{where} tgmm", out, ref, bound, empty, out_t if case.exact else None)
+    # The entry point that reads the kernel's own layout in place, then (without --quick) the
+    # other one, which transposes lhs first: the same bytes.
+    entries = [("tgmm", lhs_km), ("tgmm_mk", lhs_mk)]
+    if not km:
+        entries.reverse()
+    name, lhs = entries[0]
+    out = getattr(mod, name)(lhs, rhs, gs, preferred_element_type=out_t, group_offset=go,
+                             existing_out=existing, interpret=ctx.interpret)
+    ok = chk.compare(f"{where} {name}", out, ref, bound, empty, out_t if case.exact else None)
+    if not ctx.quick:
+        name, lhs = entries[1]
+        other = getattr(mod, name)(lhs, rhs, gs, preferred_element_type=out_t, group_offset=go,
+                                   existing_out=existing, interpret=ctx.interpret)
+        ok &= chk.compare(f"{where} {name} vs {entries[0][0]}", other,
+                          np.asarray(jnp.asarray(out).astype(jnp.float32), dtype=np.float64),
+                          0.0, np.ones(ref.shape, dtype=bool))
     if case.nan or m == 0 or not ctx.ragged:
         return ok
     dims = jax.lax.RaggedDotDimensionNumbers(

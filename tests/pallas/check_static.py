@@ -7,8 +7,9 @@ usage: check_static.py DIR [DIR ...]
 DIR is a folder written by `gmm-gen emit` (manifest.json, pallas/*.py). For each module the
 manifest lists: the file compiles (py_compile, bytecode kept out of DIR); it imports only jax,
 jax.numpy, jax.experimental.pallas (and .tpu) and the standard library; it defines
-make_group_metadata, gmm, tgmm and differentiable_gmm (tgmm modules: make_group_metadata and
-tgmm) with megablox's parameters in megablox's order; every pl.pallas_call passes a
+make_group_metadata, gmm, tgmm, tgmm_mk and differentiable_gmm (tgmm modules:
+make_group_metadata, tgmm and tgmm_mk) with megablox's parameters in megablox's order and
+megablox's defaults (preferred_element_type=jnp.float32); every pl.pallas_call passes a
 cost_estimate; NAME, SPEC and HASH agree with the manifest. Exit status 0 or 1.
 """
 import ast
@@ -25,6 +26,9 @@ SIGNATURES = {
              "existing_out", "transpose_rhs", "interpret"], []),
     "tgmm": (["lhs", "rhs", "group_sizes", "preferred_element_type", "tiling", "group_offset",
               "num_actual_groups", "existing_out", "interpret"], []),
+    # tgmm with lhs [M, K] instead of megablox's [K, M]: the same parameters.
+    "tgmm_mk": (["lhs", "rhs", "group_sizes", "preferred_element_type", "tiling",
+                 "group_offset", "num_actual_groups", "existing_out", "interpret"], []),
     "differentiable_gmm": (["lhs", "rhs", "group_sizes", "preferred_element_type", "tiling",
                             "group_offset", "existing_out", "transpose_rhs", "interpret"], []),
     "make_group_metadata": ([], ["group_sizes", "m", "tm", "start_group", "num_nonzero_groups",
@@ -33,8 +37,10 @@ SIGNATURES = {
 # Parameters with these defaults (the others' defaults are the module's baked values).
 DEFAULTS = {"group_offset": None, "existing_out": None, "num_actual_groups": None,
             "interpret": False, "visit_empty_groups": True}
-EXPORTS = {"gmm": ["gmm", "tgmm", "differentiable_gmm", "make_group_metadata"],
-           "tgmm": ["tgmm", "make_group_metadata"]}
+# megablox's default output dtype, whatever the module writes.
+DTYPE_DEFAULTS = {"preferred_element_type": "jnp.float32"}
+EXPORTS = {"gmm": ["gmm", "tgmm", "tgmm_mk", "differentiable_gmm", "make_group_metadata"],
+           "tgmm": ["tgmm", "tgmm_mk", "make_group_metadata"]}
 ALLOWED_IMPORTS = {"jax", "jax.numpy", "jax.lax", "jax.experimental.pallas",
                    "jax.experimental.pallas.tpu", "dataclasses", "functools", "re", "typing"}
 
@@ -55,6 +61,10 @@ def check_function(fn, name):
             node = defaults.get(param)
             if not isinstance(node, ast.Constant) or node.value is not want:
                 problems.append(f"{name}: {param} must default to {want!r}")
+    for param, want in DTYPE_DEFAULTS.items():
+        if param in args and param in defaults and ast.unparse(defaults[param]) != want:
+            problems.append(f"{name}: {param} must default to {want} (megablox's), not "
+                            f"{ast.unparse(defaults[param])}")
     for param in args[3:]:  # everything after (lhs, rhs, group_sizes) has a default
         if param not in defaults:
             problems.append(f"{name}: {param} has no default")

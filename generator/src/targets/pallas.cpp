@@ -180,6 +180,10 @@ class PallasTarget final : public Target {
       ctx.set("gmm_tiling_py", py_tuple(s.tiling));
       ctx.set("tgmm_out_jnp", jnp_of(s.rhs));
       ctx.set("tgmm_tiling_py", py_tuple(s.drhs_tiling));
+      ctx.set("tgmm_var", std::string("_TGMM_API"));
+      ctx.set("tgmm_out_doc", "[G_local, " + kk + ", " + nn + "]");
+      ctx.set("tgmm_existing_doc", std::string("None (the result is written, not added)"));
+      ctx.set("lhs_km", false);
       ctx.set("tiling_py", "(" + py_items(s.tiling) + ", " + py_items(s.dlhs_tiling) + ", " +
                                py_items(s.drhs_tiling) + ")");
     } else {
@@ -187,10 +191,18 @@ class PallasTarget final : public Target {
       ctx.set("out_mode_doc", acc ? std::string("The product is added to existing_out (gradient "
                                                 "accumulation; the output aliases it).")
                                   : std::string("out is overwritten."));
-      ctx.set("existing_doc", acc ? std::string("required, out's shape: the product is added")
-                                  : std::string("None"));
+      const std::string existing =
+          acc ? std::string("required, out's shape: the product is added") : std::string("None");
+      ctx.set("existing_doc", existing);
       ctx.set("tgmm_tiling_py", py_tuple(s.tiling));
       ctx.set("tiling_py", py_tuple(s.tiling));
+      ctx.set("tgmm_out_jnp", jnp_of(s.out));
+      ctx.set("tgmm_var", std::string("_TGMM"));
+      ctx.set("tgmm_out_doc", s.transpose_rhs ? "stored [G_local, " + nn + ", " + kk +
+                                                    "] (transpose_rhs; megablox's is [G, K, N])"
+                                              : "[G_local, " + kk + ", " + nn + "]");
+      ctx.set("tgmm_existing_doc", existing);
+      ctx.set("lhs_km", s.lhs_layout == LhsLayout::kKM);
     }
     mu::data kernels{mu::data::type::list};
     for (const ModuleKernel& mk : module_kernels(s)) {

@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""gmm-gen's Pallas modules as drop-in replacements for megablox.
+
+usage: test_megablox_dropin.py DIR [--python PY]
+
+DIR is a folder written by `gmm-gen emit` from tests/pallas/megablox_specs.json. The function
+`megablox_user` below is written as a megablox user writes it (megablox's argument names,
+positions, defaults and layouts: `gmm`, `tgmm` with lhs [K, M], `ops.gmm` with its positional
+nondiff arguments, `jax.grad` through the custom VJP, `jax.jit`, `group_offset` with
+`num_actual_groups` for an expert shard), and it runs unmodified against each module and
+against megablox itself (jax.experimental.pallas.ops.tpu.megablox, in interpret mode). Every
+result of both is compared with a float64 numpy reference, within the bound of f32 summation
+(plus one bf16 rounding of the inputs, which the reference sees too), on the rows of the
+active groups (megablox leaves the others unwritten; the modules' own rules for them are
+checked by check_pallas.py). --python PY re-runs under PY (a Python with JAX) where it exists.
+
+Exit status: 0 passed; 1 a mismatch or an error; 77 skipped (no JAX, or this JAX has no
+megablox; with GMMGEN_REQUIRE_JAX=1 no JAX is an error).
+"""
+import argparse
+import glob
+import importlib.util
+import os
+import sys
+import time
+
+sys.dont_write_bytecode = True
+U = 2.0**-24  # unit roundoff of f32
+
+
+def megablox_user(gmm, tgmm, ops_gmm, lhs, rhs, group_sizes, dout, group_offset, transpose_rhs):
+    """The forward, the weight gradient and jax.grad through ops.gmm, as megablox documents
+    them (interpret=True: no TPU here). rhs holds this shard's experts [G_local, K, N] (or
+    [G_local, N, K] with transpose_rhs), starting at global expert group_offset."""
+    import jax
+    import jax.numpy as jnp
+
+    g_local = rhs.shape[0]
+    out = gmm(lhs, rhs, group_sizes, jnp.float32, (128, 128, 128), group_offset,
+              transpose_rhs=transpose_rhs, interpret=True)
+    # The weight gradient in rhs's dtype, as megablox's own backward pass asks for it.
+    dw = tgmm(lhs.swapaxes(0, 1), dout, group_sizes, rhs.dtype, group_offset=group_offset,
+              num_actual_groups=g_local, interpret=True)
+
+    def loss(x, w):
+        y = ops_gmm(x, w, group_sizes, jnp.float32, (128, 128, 128), group_offset, None,
+                    transpose_rhs, True)
+        return jnp.sum(y * dout)
+
+    dlhs, drhs = jax.jit(jax.grad(loss, argnums=(0, 1)))(lhs, rhs)
+    return out, dw, dlhs, drhs
+
+
+def reference(np, x, w, sizes, dout, offset, transpose_rhs):
+    """float64 out, dw ([G_local, K, N]), dlhs, drhs (rhs's layout), with the sums of |terms|
+    for the bounds, and the mask of active rows."""
+    g_local = w.shape[0]
+    wk = w.swapaxes(1, 2) if transpose_rhs else w  # [G_local, K, N]
+    m, k, n = x.shape[0], wk.shape[1], wk.shape[2]
+    bounds = np.concatenate([[0], np.cumsum(sizes)])
+    out, out_abs = np.zeros((m, n)), np.zeros((m, n))
+    dlhs, dlhs_abs = np.zeros((m, k)), np.zeros((m, k))
+    dw, dw_abs = np.zeros((g_local, k, n)), np.zeros((g_local, k, n))
+    active = np.zeros((m, 1), dtype=bool)
+    for j in range(g_local):
+        r0, r1 = bounds[offset + j], bounds[offset + j + 1]
+        xs, dy = x[r0:r1], dout[r0:r1]
+        out[r0:r1], out_abs[r0:r1] = xs @ wk[j], np.abs(xs) @ np.abs(wk[j])
+        dlhs[r0:r1], dlhs_abs[r0:r1] = dy @ wk[j].T, np.abs(dy) @ np.abs(wk[j].T)
+        dw[j], dw_abs[j] = xs.T @ dy, np.abs(xs.T) @ np.abs(dy)
+        active[r0:r1] = True
+    drhs, drhs_abs = (dw.swapaxes(1, 2), dw_abs.swapaxes(1, 2)) if transpose_rhs else (dw, dw_abs)
+    return {"out": (out, out_abs, k), "dw": (dw, dw_abs, m), "dlhs": (dlhs, dlhs_abs, n),
+            "drhs": (drhs, drhs_abs, m)}, active
+
+
+def main(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("dir")
+    parser.add_argument("--python", help="run under this Python (with JAX) where it exists")
+    args = parser.parse_args(argv)
+    if args.python and os.path.abspath(sys.executable) != os.path.abspath(args.python) and \
+            os.access(args.python, os.X_OK):
+        os.execv(args.python, [args.python, os.path.abspath(__file__)] + argv)
+    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    try:
+        import numpy as np
+        import jax
+        import jax.numpy as jnp
+        # The kernels' module (the package's own `gmm` is ops.gmm).
+        mb_kernels = importlib.import_module("jax.experimental.pallas.ops.tpu.megablox.gmm")
+        mb_ops = importlib.import_module("jax.experimental.pallas.ops.tpu.megablox.ops")
+    except ImportError as e:
+        if os.environ.get("GMMGEN_REQUIRE_JAX") == "1":
+            print(f"test_megablox_dropin: GMMGEN_REQUIRE_JAX=1 and no JAX/megablox here ({e})",
+                  file=sys.stderr)
+            return 1
+        print(f"skipped: needs JAX with megablox ({e}); .ci/deps installs it")
+        return 77
+
+    paths = sorted(glob.glob(os.path.join(args.dir, "pallas", "*.py")))
+    if not paths:
+        print(f"test_megablox_dropin: no modules in {args.dir}/pallas", file=sys.stderr)
+        return 1
+    print(f"JAX {jax.__version__}; the same megablox user code against each module and megablox")
+    failures = 0
+    rng = np.random.default_rng(7)
+    for path in paths:
+        t0 = time.time()
+        spec = importlib.util.spec_from_file_location("gmmgen_dropin", path)
+        mod = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(mod)
+        K, N, G, GL, tr = mod.K, mod.N, mod.G, mod.G_LOCAL, mod.TRANSPOSE_RHS
+        m = 384  # megablox wants M a multiple of tm
+        # Ragged sizes with an empty expert and sum(group_sizes) < M; the shard starts at the
+        # last G_local experts (megablox's group_offset).
+        sizes = [0, 150, 37, 101, 0, 60][:G]
+        offset = G - GL
+        dtype = mod.LHS_DTYPE
+
+        def draw(shape):
+            a = jnp.asarray(rng.standard_normal(shape), jnp.float32).astype(dtype)
+            return a, np.asarray(a.astype(jnp.float32), dtype=np.float64)
+
+        lhs, x64 = draw((m, K))
+        rhs, w64 = draw((GL, N, K) if tr else (GL, K, N))
+        dout, dy64 = draw((m, N))
+        dout = dout.astype(jnp.float32)
+        gs = jnp.asarray(sizes, jnp.int32)
+        go = jnp.asarray(offset, jnp.int32)
+        refs, active = reference(np, x64, w64, sizes, dy64, offset, tr)
+        results = {}
+        for who, fns in (("module", (mod.gmm, mod.tgmm, mod.differentiable_gmm)),
+                         ("megablox", (mb_kernels.gmm, mb_kernels.tgmm, mb_ops.gmm))):
+            try:
+                got = megablox_user(*fns, lhs, rhs, gs, dout, go, tr)
+            except Exception as e:  # the module must accept megablox's call as it is
+                print(f"  {mod.NAME} ({who}): {type(e).__name__}: {e}")
+                failures += 1
+                continue
+            results[who] = dict(zip(("out", "dw", "dlhs", "drhs"), got))
+        worst = 0.0
+        for who, res in results.items():
+            for what, value in res.items():
+                ref, ref_abs, terms = refs[what]
+                got = np.asarray(jnp.asarray(value).astype(jnp.float32), dtype=np.float64)
+                rows = active if what in ("out", "dlhs") else np.ones((1,) * ref.ndim, bool)
+                # f32 summation, plus one rounding of the gradients, written in the operands'
+                # dtype (bf16: 2^-8).
+                bf16_out = what in ("dw", "dlhs", "drhs") and dtype == jnp.bfloat16
+                unit = 2.0**-8 if bf16_out else U
+                bound = unit * np.abs(ref) + (terms + 2) * U * ref_abs
+                err = np.where(rows, np.abs(got - ref), 0.0)
+                if got.shape != ref.shape or not np.all(err <= bound):
+                    bad = np.argwhere(err > bound)
+                    print(f"  {mod.NAME} ({who}) {what}: shape {got.shape} vs {ref.shape}; "
+                          f"{len(bad)} elements past the bound, first {bad[:1].tolist()}")
+                    failures += 1
+                    continue
+                with np.errstate(invalid="ignore", divide="ignore"):
+                    worst = max(worst, float(np.max(np.where(rows, err / bound, 0.0))))
+        print(f"{mod.NAME:<66} module and megablox within the bound (worst {100 * worst:.1f}%) "
+              f"{time.time() - t0:6.1f}s" if len(results) == 2 else f"{mod.NAME}: FAILED")
+    print(f"{len(paths)} modules, {failures} failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
