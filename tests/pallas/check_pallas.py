@@ -2,7 +2,7 @@
 """Checks gmm-gen's Pallas modules in TPU interpret mode.
 
 usage: check_pallas.py DIR [--seed S] [--quick] [--shard I/N] [--python PY] [--interpret hlo]
-                       [--cpp-lib LIB --cpp-manifest M]
+                       [--no-shared] [--cpp-lib LIB --cpp-manifest M]
 
 DIR is a folder written by `gmm-gen emit` (its pallas/ subfolder holds the modules) or a folder
 of modules; --shard I/N checks every N-th module from the I-th (the test suite runs shards in
@@ -38,7 +38,8 @@ It also checks make_group_metadata against a brute-force builder (megablox's def
 group by group) on 300 (--quick: 12) random partitions of up to ~5000 m-tiles, running the
 module's code under jax.numpy and under numpy; with --cpp-lib (a shared object of C++ gmm
 kernels emitted by gmm-gen) and --cpp-manifest (its manifest.json) also against their C++
-builders (ctypes).
+builders (ctypes). --no-shared skips the metadata check and the jax_custom_vjp3 run, whose
+code is the same in every module, where another set of modules runs them.
 
 Exit status: 0 every check passed; 1 a mismatch or an error; 2 bad usage; 77 skipped (no JAX;
 with GMMGEN_REQUIRE_JAX=1 that is an error, 1).
@@ -573,6 +574,9 @@ def main(argv):
     parser.add_argument("--cpp-lib", help="shared object of C++ gmm kernels (metadata check)")
     parser.add_argument("--cpp-manifest", help="manifest.json listing the kernels of --cpp-lib")
     parser.add_argument("--python", help="run under this Python (with JAX) where it exists")
+    parser.add_argument("--no-shared", action="store_true",
+                        help="skip what every module shares word for word (make_group_metadata, "
+                        "the custom VJP under jax_custom_vjp3): another set checks it")
     parser.add_argument("--interpret", choices=("tpu", "hlo"), default="tpu",
                         help="TPU interpret mode (default) or Pallas's generic interpreter")
     args = parser.parse_args(argv)
@@ -654,7 +658,8 @@ def main(argv):
                 if not ok:
                     break
             # The custom VJP again, created with jax_custom_vjp3 on (to become JAX's default).
-            vjp3 = load_module_with_vjp3(path, jax) if ok and mod.OP == "gmm" else None
+            shared = not args.no_shared
+            vjp3 = load_module_with_vjp3(path, jax) if ok and shared and mod.OP == "gmm" else None
             if vjp3 is not None:
                 # TPU interpret mode's host callbacks are effects, which a custom VJP under
                 # jax_custom_vjp3 rejects: this run uses Pallas's generic interpreter.
@@ -666,7 +671,7 @@ def main(argv):
                     jax.config.update("jax_custom_vjp3", False)
                     ctx.interpret = saved
                 covers.append("custom_vjp3 on and off")
-            if ok:
+            if ok and shared:
                 check_metadata(mod, ctx, cpp)
         except Exception:  # an error is a failure of the module, reported with its trace
             ctx.checker.failures.append(f"{os.path.basename(path)}: error\n{traceback.format_exc()}")
