@@ -29,7 +29,9 @@ import sys
 import tempfile
 import time
 
-sys.dont_write_bytecode = True
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+import jax_env  # noqa: E402
+
 U = 2.0**-24  # unit roundoff of f32
 PALLAS_ONLY = ("tm", "tk", "tn", "dlhs_tiling", "drhs_tiling")
 
@@ -79,22 +81,14 @@ def main(argv):
     parser.add_argument("--python", help="run under this Python (with JAX) where it exists")
     parser.add_argument("--interpret", choices=("tpu", "hlo"), default="hlo")
     args = parser.parse_args(argv)
-    if args.python and os.path.abspath(sys.executable) != os.path.abspath(args.python) and \
-            os.access(args.python, os.X_OK):
-        os.execv(args.python, [args.python, os.path.abspath(__file__)] + argv)
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    jax_env.run_under(args.python, __file__, argv)
     try:
         import numpy as np
         import jax
         import jax.numpy as jnp
         from jax.experimental.pallas import tpu as pltpu
     except ImportError as e:
-        if os.environ.get("GMMGEN_REQUIRE_JAX") == "1":
-            print(f"test_cross_target: GMMGEN_REQUIRE_JAX=1 and no JAX here ({e})",
-                  file=sys.stderr)
-            return 1
-        print(f"skipped: needs JAX ({e}); .ci/deps installs it")
-        return 77
+        return jax_env.missing_jax("test_cross_target", e)
     interpret = pltpu.InterpretParams() if args.interpret == "tpu" else "hlo"
 
     with open(os.path.join(args.dir, "manifest.json")) as f:

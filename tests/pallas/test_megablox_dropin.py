@@ -24,7 +24,9 @@ import os
 import sys
 import time
 
-sys.dont_write_bytecode = True
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+import jax_env  # noqa: E402
+
 U = 2.0**-24  # unit roundoff of f32
 
 
@@ -79,10 +81,7 @@ def main(argv):
     parser.add_argument("dir")
     parser.add_argument("--python", help="run under this Python (with JAX) where it exists")
     args = parser.parse_args(argv)
-    if args.python and os.path.abspath(sys.executable) != os.path.abspath(args.python) and \
-            os.access(args.python, os.X_OK):
-        os.execv(args.python, [args.python, os.path.abspath(__file__)] + argv)
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")
+    jax_env.run_under(args.python, __file__, argv)
     try:
         import numpy as np
         import jax
@@ -91,12 +90,7 @@ def main(argv):
         mb_kernels = importlib.import_module("jax.experimental.pallas.ops.tpu.megablox.gmm")
         mb_ops = importlib.import_module("jax.experimental.pallas.ops.tpu.megablox.ops")
     except ImportError as e:
-        if os.environ.get("GMMGEN_REQUIRE_JAX") == "1":
-            print(f"test_megablox_dropin: GMMGEN_REQUIRE_JAX=1 and no JAX/megablox here ({e})",
-                  file=sys.stderr)
-            return 1
-        print(f"skipped: needs JAX with megablox ({e}); .ci/deps installs it")
-        return 77
+        return jax_env.missing_jax("test_megablox_dropin", e)
 
     paths = sorted(glob.glob(os.path.join(args.dir, "pallas", "*.py")))
     if not paths:
