@@ -143,7 +143,7 @@ std::string python_with_jax() {
 // The Pallas modules of an emitted folder, checked in TPU interpret mode by
 // tests/pallas/check_pallas.py (embedded in gmm-gen). Returns 0 (all passed), 1 (a mismatch or
 // an error) or kExitSkipped (no Python with JAX).
-int verify_pallas(const fs::path& dir, size_t count, uint64_t seed, bool quick) {
+int verify_pallas(const fs::path& dir, size_t count, uint64_t seed) {
   const std::string python = python_with_jax();
   if (python.empty()) {
     std::printf(
@@ -156,7 +156,9 @@ int verify_pallas(const fs::path& dir, size_t count, uint64_t seed, bool quick) 
   std::ofstream(checker, std::ios::binary) << embedded_file("pallas/check_pallas.py");
   std::vector<std::string> argv{python, checker.string(), dir.string(), "--seed",
                                 std::to_string(seed)};
-  if (quick) argv.push_back("--quick");
+  // The quick cases: interpret mode spends ~25 ms of host callbacks per grid step, and every
+  // case of a module with tiles of 128 takes minutes (check_pallas.py DIR runs them all).
+  argv.push_back("--quick");
   std::printf("Pallas modules: %s\n", format_command(argv).c_str());
   const int rc = run_child(argv, false);
   if (rc == 0 || rc == 1 || rc == kExitSkipped) return rc;
@@ -305,7 +307,7 @@ int run_verify(const std::vector<KernelSpec>& specs, uint64_t seed, bool quick, 
       std::fprintf(stderr, "gmm-gen: statistics: %s\n", to_string(sum).c_str());
     }
   }
-  const int pallas_rc = pallas ? verify_pallas(dir->path, pallas, seed, quick) : 0;
+  const int pallas_rc = pallas ? verify_pallas(dir->path, pallas, seed) : 0;
   if (mismatches || failed || pallas_rc == 1) return kExitCheckFailed;
   // Skipped only when nothing at all was checked; C++ kernels that ran count as a verification.
   return pallas_rc == kExitSkipped && cpp.empty() ? kExitSkipped : kExitOk;
@@ -352,8 +354,9 @@ Command add_verify(CLI::App& app) {
       "may be able to change.\n"
       "Pallas modules (target=pallas) run in TPU interpret mode through a Python with JAX\n"
       "($GMMGEN_PYTHON, else the .venv that .ci/deps makes, else python3):\n"
-      "tests/pallas/check_pallas.py, built into gmm-gen. Without\n"
-      "one they are not run; if nothing at all ran, the exit status is 77 (skipped).\n"
+      "tests/pallas/check_pallas.py, built into gmm-gen, on its quick cases (--quick or not:\n"
+      "interpret mode costs ~25 ms a grid step; the script run by hand takes every case).\n"
+      "Without one they are not run; if nothing at all ran, the exit status is 77 (skipped).\n"
       "--target T beside --spec/--spec-file selects the kernels of one target.\n"
       "Example:\n  gmm-gen verify --spec-file generated/specs.json\n"
       "  gmm-gen verify --quick -j 2 --spec op=gmm,lhs=bf16,rhs=bf16,out=f32,k=2048,n=1408,g=64\n"
