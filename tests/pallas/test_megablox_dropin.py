@@ -12,12 +12,16 @@ against megablox itself (jax.experimental.pallas.ops.tpu.megablox, in interpret 
 result of both is compared with a float64 numpy reference, within the bound of f32 summation
 (plus one bf16 rounding of the inputs, which the reference sees too), on the rows of the
 active groups (megablox leaves the others unwritten; the modules' own rules for them are
-checked by check_pallas.py). --python PY re-runs under PY (a Python with JAX) where it exists.
+checked by check_pallas.py). A sharded module (G_local < G) also runs expert-parallel: jax.shard_map
+over G / G_local host devices, each holding G_local experts and calling differentiable_gmm with
+its group_offset, forward and jax.grad, against float64 over all G experts. --python PY re-runs
+under PY (a Python with JAX) where it exists.
 
 Exit status: 0 passed; 1 a mismatch or an error; 77 skipped (no JAX, or this JAX has no
 megablox; with GMMGEN_REQUIRE_JAX=1 no JAX is an error).
 """
 import argparse
+import functools
 import glob
 import importlib.util
 import os
@@ -76,12 +80,70 @@ def reference(np, x, w, sizes, dout, offset, transpose_rhs):
             "drhs": (drhs, drhs_abs, m)}, active
 
 
+def expert_parallel(jax, jnp, mod, devices, lhs, w_all, group_sizes, dout, transpose_rhs):
+    """out, dlhs and drhs of sum(out * dout) with the experts sharded over `devices` CPU devices
+    by jax.shard_map: every device holds G_local experts, from group_offset = its index *
+    G_local, and sees every token; the rows of the other devices' experts are zero, so a psum
+    over the devices gives the whole output. check_vma=False: the module's pallas_call does not
+    say how its output varies over mesh axes."""
+    import numpy as np
+    from jax.sharding import Mesh, PartitionSpec as P
+
+    shard_map = getattr(jax, "shard_map", None)
+    if shard_map is None:  # JAX before 0.7
+        from jax.experimental.shard_map import shard_map
+    mesh = Mesh(np.array(jax.devices()[:devices]), ("expert",))
+
+    @functools.partial(shard_map, mesh=mesh, in_specs=(P(), P("expert"), P()), out_specs=P(),
+                       check_vma=False)
+    def forward(x, w_local, gs):
+        offset = jax.lax.axis_index("expert") * mod.G_LOCAL
+        y = mod.differentiable_gmm(x, w_local, gs, jnp.float32, None, offset, None,
+                                   transpose_rhs, True)
+        return jax.lax.psum(y, "expert")
+
+    out = jax.jit(forward)(lhs, w_all, group_sizes)
+    loss = lambda x, w: jnp.sum(forward(x, w, group_sizes) * dout)  # noqa: E731
+    dlhs, drhs = jax.jit(jax.grad(loss, argnums=(0, 1)))(lhs, w_all)
+    return out, dlhs, drhs
+
+
+def compare(np, jnp, name, who, results, refs, active, dtype):
+    """(worst error as a share of its bound, number of results past it)."""
+    worst, bad = 0.0, 0
+    for what, value in results.items():
+        ref, ref_abs, terms = refs[what]
+        got = np.asarray(jnp.asarray(value).astype(jnp.float32), dtype=np.float64)
+        rows = active if what in ("out", "dlhs") else np.ones((1,) * ref.ndim, bool)
+        # f32 summation, plus one rounding of the gradients, written in the operands' dtype
+        # (bf16: 2^-8).
+        bf16_out = what in ("dw", "dlhs", "drhs") and dtype == jnp.bfloat16
+        unit = 2.0**-8 if bf16_out else U
+        bound = unit * np.abs(ref) + (terms + 2) * U * ref_abs
+        if got.shape != ref.shape:
+            print(f"  {name} ({who}) {what}: shape {got.shape}, expected {ref.shape}")
+            bad += 1
+            continue
+        err = np.where(rows, np.abs(got - ref), 0.0)
+        if not np.all(err <= bound):
+            print(f"  {name} ({who}) {what}: {int(np.sum(err > bound))} elements past the "
+                  f"bound, first {np.argwhere(err > bound)[:1].tolist()}")
+            bad += 1
+            continue
+        with np.errstate(invalid="ignore", divide="ignore"):
+            worst = max(worst, float(np.max(np.where(rows, err / bound, 0.0))))
+    return worst, bad
+
+
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("dir")
     parser.add_argument("--python", help="run under this Python (with JAX) where it exists")
     args = parser.parse_args(argv)
     jax_env.run_under(args.python, __file__, argv)
+    # Host devices for the expert-parallel run (set before JAX starts).
+    os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
+                               " --xla_force_host_platform_device_count=8").strip()
     try:
         import numpy as np
         import jax
@@ -133,28 +195,28 @@ def main(argv):
                 failures += 1
                 continue
             results[who] = dict(zip(("out", "dw", "dlhs", "drhs"), got))
-        worst = 0.0
+        worst, bad = 0.0, 0
         for who, res in results.items():
-            for what, value in res.items():
-                ref, ref_abs, terms = refs[what]
-                got = np.asarray(jnp.asarray(value).astype(jnp.float32), dtype=np.float64)
-                rows = active if what in ("out", "dlhs") else np.ones((1,) * ref.ndim, bool)
-                # f32 summation, plus one rounding of the gradients, written in the operands'
-                # dtype (bf16: 2^-8).
-                bf16_out = what in ("dw", "dlhs", "drhs") and dtype == jnp.bfloat16
-                unit = 2.0**-8 if bf16_out else U
-                bound = unit * np.abs(ref) + (terms + 2) * U * ref_abs
-                err = np.where(rows, np.abs(got - ref), 0.0)
-                if got.shape != ref.shape or not np.all(err <= bound):
-                    bad = np.argwhere(err > bound)
-                    print(f"  {mod.NAME} ({who}) {what}: shape {got.shape} vs {ref.shape}; "
-                          f"{len(bad)} elements past the bound, first {bad[:1].tolist()}")
-                    failures += 1
-                    continue
-                with np.errstate(invalid="ignore", divide="ignore"):
-                    worst = max(worst, float(np.max(np.where(rows, err / bound, 0.0))))
+            w, b = compare(np, jnp, mod.NAME, who, res, refs, active, dtype)
+            worst, bad = max(worst, w), bad + b
+        # Expert parallelism: every expert's weights, G / G_local devices each holding G_local
+        # of them and calling the module with its own group_offset, the sum over devices.
+        if GL < G and G % GL == 0 and len(jax.devices()) >= G // GL:
+            w_all, w_all64 = draw((G, N, K) if tr else (G, K, N))
+            refs_all, active_all = reference(np, x64, w_all64, sizes, dy64, 0, tr)
+            try:
+                got = expert_parallel(jax, jnp, mod, G // GL, lhs, w_all, gs, dout, tr)
+                w, b = compare(np, jnp, mod.NAME, f"shard_map over {G // GL} devices",
+                               dict(zip(("out", "dlhs", "drhs"), got)), refs_all, active_all,
+                               dtype)
+            except Exception as e:
+                print(f"  {mod.NAME} (shard_map): {type(e).__name__}: {e}")
+                w, b = 0.0, 1
+            worst, bad = max(worst, w), bad + b
+        failures += bad
         print(f"{mod.NAME:<66} module and megablox within the bound (worst {100 * worst:.1f}%) "
-              f"{time.time() - t0:6.1f}s" if len(results) == 2 else f"{mod.NAME}: FAILED")
+              f"{time.time() - t0:6.1f}s" if len(results) == 2 and not bad else
+              f"{mod.NAME}: FAILED")
     print(f"{len(paths)} modules, {failures} failures")
     return 1 if failures else 0
 
