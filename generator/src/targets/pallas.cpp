@@ -155,9 +155,6 @@ class PallasTarget final : public Target {
     ctx.set("out_mode", std::string(to_string(s.out_mode)));
     ctx.set("vjp", mu::data(gmm));
     const std::string kk = "K=" + std::to_string(s.k), nn = "N=" + std::to_string(s.n);
-    ctx.set("drhs_layout_doc", s.transpose_rhs
-                                   ? "stored [G_local, " + nn + ", " + kk + "], rhs's layout"
-                                   : "stored [G_local, " + kk + ", " + nn + "]");
     ctx.set("lhs_layout_doc", s.lhs_layout == LhsLayout::kKM
                                   ? "[" + kk + ", M] (lhs_layout=km, read in place)"
                                   : "[M, " + kk + "]");
