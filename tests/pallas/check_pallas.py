@@ -38,8 +38,9 @@ It also checks make_group_metadata against a brute-force builder (megablox's def
 group by group) on 300 (--quick: 12) random partitions of up to ~5000 m-tiles, running the
 module's code under jax.numpy and under numpy; with --cpp-lib (a shared object of C++ gmm
 kernels emitted by gmm-gen) and --cpp-manifest (its manifest.json) also against their C++
-builders (ctypes). --no-shared skips the metadata check and the jax_custom_vjp3 run, whose
-code is the same in every module, where another set of modules runs them.
+builders (ctypes). The metadata check and the jax_custom_vjp3 run exercise code that is the same
+word for word in every module: --quick runs them on the first module of the shard that has it,
+--no-shared not at all (another set of modules runs them).
 
 Exit status: 0 every check passed; 1 a mismatch or an error; 2 bad usage; 77 skipped (no JAX;
 with GMMGEN_REQUIRE_JAX=1 that is an error, 1).
@@ -630,6 +631,7 @@ def main(argv):
     cpp = cpp_builders(args.cpp_lib, args.cpp_manifest) if args.cpp_lib else {}
     rng = random.Random(args.seed)
     failed_modules = cases_run = 0
+    shared_done = set()  # the shared checks this shard ran (--quick runs each once)
     for path in paths:
         t0 = time.time()
         ctx.checker.failures = []
@@ -658,8 +660,13 @@ def main(argv):
                 if not ok:
                     break
             # The custom VJP again, created with jax_custom_vjp3 on (to become JAX's default).
-            shared = not args.no_shared
-            vjp3 = load_module_with_vjp3(path, jax) if ok and shared and mod.OP == "gmm" else None
+            def shared(what):
+                if args.no_shared or (args.quick and what in shared_done):
+                    return False
+                shared_done.add(what)
+                return True
+            vjp3 = load_module_with_vjp3(path, jax) if ok and mod.OP == "gmm" and shared(
+                "vjp3") else None
             if vjp3 is not None:
                 # TPU interpret mode's host callbacks are effects, which a custom VJP under
                 # jax_custom_vjp3 rejects: this run uses Pallas's generic interpreter.
@@ -671,8 +678,9 @@ def main(argv):
                     jax.config.update("jax_custom_vjp3", False)
                     ctx.interpret = saved
                 covers.append("custom_vjp3 on and off")
-            if ok and shared:
+            if ok and shared("metadata"):
                 check_metadata(mod, ctx, cpp)
+                covers.append("make_group_metadata")
         except Exception:  # an error is a failure of the module, reported with its trace
             ctx.checker.failures.append(f"{os.path.basename(path)}: error\n{traceback.format_exc()}")
             reset = getattr(pltpu, "reset_tpu_interpret_mode_state", None)
