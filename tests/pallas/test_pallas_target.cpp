@@ -48,7 +48,20 @@ TEST(PallasSpec, ValidationNamesParameterAndRule) {
       {"k=8192,n=8192,g=2,tm=4096,tk=4096,tn=4096,target=pallas",
        "tiling=4096x4096x4096: the gmm kernel needs"},
       {"k=8192,n=8192,g=2,drhs_tiling=4096x4096x4096,target=pallas",
-       "bytes of VMEM, above the 16777216 Mosaic allows by default"},
+       "bytes of VMEM (double-buffered blocks and the f32 accumulator), above the 16777216 of "
+       "tpu=any (every TPU generation"},
+      // 48 MiB: past v4's VMEM (and every generation's, for tpu=any), within v5p's.
+      {"k=8192,n=8192,g=2,tm=1024,tk=2048,tn=2048,target=pallas",
+       "above the 16777216 of tpu=any (every TPU generation (v4's VMEM and MXU, the smallest)); "
+       "use smaller tiles, or a generation with more VMEM: tpu=v5e (128 MiB), tpu=v5p (64 MiB), "
+       "tpu=v6e (128 MiB)"},
+      {"k=8192,n=8192,g=2,tm=1024,tk=2048,tn=2048,tpu=v4,target=pallas",
+       "the gmm kernel needs 50331648 bytes of VMEM (double-buffered blocks and the f32 "
+       "accumulator), above the 16777216 of tpu=v4 (TPU v4)"},
+      {"k=8192,n=8192,g=2,tm=4096,tk=4096,tn=4096,tpu=v6e,target=pallas",
+       "above the 134217728 of tpu=v6e (TPU v6e); no TPU generation has that much"},
+      {"k=256,n=256,g=4,tpu=v5e", "tpu=v5e applies to target=pallas only"},
+      {"k=256,n=256,g=4,tpu=v7,target=pallas", "tpu=v7 is not one of: any, v4, v5e, v5p, v6e"},
       {"k=256,n=256,g=4,lhs=f16,target=pallas", "not supported yet for target=pallas: lhs=f16"},
       {"k=256,n=256,g=4,out=f16,target=pallas", "not supported yet for target=pallas: out=f16"},
       {"k=256,n=256,g=4,lhs=f8e4m3,rhs=f8e4m3,lhs_quant=block:128,rhs_quant=block:128x128,"
@@ -105,6 +118,45 @@ TEST(PallasSpec, DefaultTilingsComeFromTheTpuHeuristic) {
   EXPECT_EQ(std::string::npos, to_text(c).find("dlhs_tiling"));
   EXPECT_FALSE(to_json(c).contains("drhs_tiling"));
   EXPECT_NE(c.tiling, s.tiling);
+}
+
+// tpu= picks the generation: its MXU width sets the default tk and tn, its VMEM the limit a
+// kernel's footprint must fit; a footprint past Mosaic's default scoped limit asks for the
+// generation's VMEM. The field exists for Pallas specs only and names say it when it is set.
+TEST(PallasSpec, TpuGenerationSetsTilesAndVmemLimit) {
+  const KernelSpec v6 = parse_text("k=1024,n=200,g=4,tpu=v6e,target=pallas");
+  EXPECT_EQ((Tiling{128, 256, 200}), v6.tiling);
+  EXPECT_EQ((Tiling{128, 200, 256}), v6.dlhs_tiling);
+  EXPECT_EQ((Tiling{128, 256, 200}), v6.drhs_tiling);
+  EXPECT_EQ((Tiling{128, 128, 128}), parse_text("k=1024,n=256,g=4,tpu=v5p,target=pallas").tiling);
+  EXPECT_NE(std::string::npos, to_text(v6).find(",isa=native,tpu=v6e")) << to_text(v6);
+  EXPECT_EQ("v6e", to_json(v6)["tpu"]);
+  EXPECT_EQ(v6, parse_text(to_text(v6)));
+  EXPECT_EQ(v6, from_json(to_json(v6)));
+  EXPECT_EQ("gmm_bf16xbf16_f32_k1024_n200_g4_t128x256x200_pallas_v6e", name_stem(v6));
+  EXPECT_EQ(v6, parse_kernel_name(kernel_name(v6)).spec);
+  // The C++ target has no such field: its text, JSON and hashes are unchanged.
+  const KernelSpec c = parse_text("k=96,n=300,g=4");
+  EXPECT_EQ(std::string::npos, to_text(c).find("tpu"));
+  EXPECT_FALSE(to_json(c).contains("tpu"));
+
+  // 48 MiB of blocks and accumulator: within v5p's 64 MiB, which the module asks Mosaic for.
+  const KernelSpec big = parse_text(
+      "k=8192,n=8192,g=2,tm=1024,tk=2048,tn=2048,tpu=v5p,"
+      "dlhs_tiling=128x128x128,drhs_tiling=128x128x128,"
+      "target=pallas");
+  EXPECT_EQ(int64_t{48} << 20, pallas_vmem_bytes(big));
+  EXPECT_EQ(int64_t{64} << 20, pallas_vmem_limit(big));
+  const auto files = emit_set({big});
+  const std::string& py = files[0].content;
+  EXPECT_NE(std::string::npos, py.find("TPU = \"v5p\""));
+  EXPECT_EQ(1u, count_of(py, "vmem_limit_bytes=67108864,"));
+  EXPECT_EQ(2u, count_of(py, "vmem_limit_bytes=None,"));  // the backward kernels' 128-tiles
+  const auto k = nlohmann::json::parse(files[1].content)["kernels"][0];
+  EXPECT_EQ(int64_t{64} << 20, k["pallas_calls"]["gmm"]["vmem_limit_bytes"].get<int64_t>());
+  EXPECT_EQ(0, k["pallas_calls"]["dlhs"]["vmem_limit_bytes"].get<int64_t>());
+  EXPECT_EQ((nlohmann::json{{"generation", "v5p"}, {"vmem_bytes", 64 << 20}, {"mxu", 128}}),
+            k["tpu"]);
 }
 
 TEST(PallasSpec, VjpTilingsRoundTripThroughEveryForm) {
@@ -195,7 +247,12 @@ TEST(PallasEmit, GmmModuleAndManifest) {
   EXPECT_EQ(384, k["pallas_calls"]["dlhs"]["tile"]["tk"].get<int64_t>());
   EXPECT_EQ(3u, k["pallas_calls"].size());
   EXPECT_GT(k["footprint"]["scratch_bytes_per_thread"].get<int64_t>(), 0);
-  EXPECT_LE(k["footprint"]["vmem_bytes"].get<int64_t>(), kMaxVmemBytes);
+  EXPECT_LE(k["footprint"]["vmem_bytes"].get<int64_t>(), kTpuScopedVmemBytes);
+  EXPECT_EQ(0, k["pallas_calls"]["gmm"]["vmem_limit_bytes"].get<int64_t>());
+  EXPECT_EQ((nlohmann::json{{"generation", "any"}, {"vmem_bytes", 16 << 20}, {"mxu", 128}}),
+            k["tpu"]);
+  EXPECT_NE(std::string::npos, py.find("TPU = \"any\""));
+  EXPECT_EQ(3u, count_of(py, "vmem_limit_bytes=None,"));
   EXPECT_EQ(files.size(), emit_set({s}).size());
   EXPECT_EQ(py, emit_set({s})[0].content);  // same spec, same bytes
 }

@@ -45,7 +45,8 @@ std::string other_value(std::string_view key) {
                                                          {"lhs_layout", "km"},
                                                          {"out_mode", "accumulate"},
                                                          {"target", "pallas"},
-                                                         {"isa", "avx512bf16"}};
+                                                         {"isa", "avx512bf16"},
+                                                         {"tpu", "v5p,target=pallas"}};
   return k.at(key);
 }
 

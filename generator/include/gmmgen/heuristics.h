@@ -157,12 +157,28 @@ Cost cost_estimate(const KernelSpec& s);
 // 128 (lanes), or equal to the array's dimensions.
 inline constexpr int64_t kTpuSublanes = 8;
 inline constexpr int64_t kTpuLanes = 128;
-// VMEM one Pallas kernel may use: Mosaic's default scoped VMEM limit on TPU v4 and v5e.
-inline constexpr int64_t kMaxVmemBytes = int64_t{16} << 20;
 
-// Default tiling of a Pallas kernel for `op` with contraction size k and n output columns
-// (default_tiling() of a target=pallas spec; also the VJP kernels' default tilings).
-Tiling pallas_default_tiling(Op op, int64_t k, int64_t n);
+// A TPU generation (spec field tpu), per TensorCore, as JAX describes it
+// (jax/_src/pallas/mosaic/tpu_info.py, get_tpu_info): VMEM capacity and MXU width.
+struct TpuGeneration {
+  Tpu id;
+  std::string_view what;  // for messages: "TPU v5e"
+  int64_t vmem_bytes;     // the most one kernel's blocks and scratch may take
+  int64_t mxu;            // MXU columns: the default tk and tn
+};
+// tpu=any: the smallest VMEM and MXU of all (v4's), so a module runs on every generation.
+const TpuGeneration& tpu_generation(Tpu t);
+std::span<const TpuGeneration> tpu_generations();
+// Mosaic's default scoped VMEM limit (16 MiB): a kernel whose footprint is larger asks for
+// its generation's VMEM (vmem_limit_bytes in its compiler parameters).
+inline constexpr int64_t kTpuScopedVmemBytes = int64_t{16} << 20;
+// The vmem_limit_bytes a kernel passes to Mosaic: 0 (the default scoped limit) when its
+// footprint fits that, else its generation's VMEM.
+int64_t pallas_vmem_limit(const KernelSpec& s);
+
+// Default tiling of a Pallas kernel for `op` with contraction size k and n output columns on
+// `tpu` (default_tiling() of a target=pallas spec; also the VJP kernels' default tilings).
+Tiling pallas_default_tiling(Op op, int64_t k, int64_t n, Tpu tpu);
 // VMEM of a Pallas kernel (a spec of its own problem): its double-buffered blocks plus its f32
 // accumulator tile (pallas_acc_bytes, the kernel's scratch).
 int64_t pallas_vmem_bytes(const KernelSpec& s);

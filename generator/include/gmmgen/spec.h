@@ -42,6 +42,9 @@ enum class TargetKind { kCpp, kPallas };
 // ISA families of the C++ target (generator/src/heuristics/cpu_x86.cpp describes each);
 // native is the best family of the machine that compiles the kernel.
 enum class Isa { kNative, kAvx512Bf16, kAvx512, kAvx2, kGeneric, kAmx };
+// target=pallas only: the TPU generation a module is checked and tiled for (heuristics.h holds
+// each one's VMEM and MXU width); any: every one of them.
+enum class Tpu { kAny, kV4, kV5e, kV5p, kV6e };
 // tgmm only: the lhs operand is stored [M, K] (mk) or already transposed [K, M] (km).
 enum class LhsLayout { kMK, kKM };
 
@@ -81,6 +84,7 @@ struct KernelSpec {
   OutMode out_mode = OutMode::kPlain;
   TargetKind target = TargetKind::kCpp;
   Isa isa = Isa::kNative;
+  Tpu tpu = Tpu::kAny;
 
   bool operator==(const KernelSpec&) const = default;
 };
@@ -179,6 +183,7 @@ std::string_view to_string(OutMode v);
 std::string_view to_string(TargetKind v);
 std::string_view to_string(Isa v);
 std::string_view to_string(LhsLayout v);
+std::string_view to_string(Tpu v);
 std::string to_string(const Quant& q);
 // A value from the user, for an error message: at most ~100 characters (longer ones are cut and
 // say how long they were), control characters escaped.

@@ -1,17 +1,47 @@
-// The Pallas target on TPU: default tilings, Mosaic's block rule and the VMEM footprint of a
-// kernel. No TPU measurements back these yet: the default is megablox's (128, 128, 128), which
-// Mosaic lowers on every TPU generation that runs megablox.
+// The Pallas target on TPU: the generations, default tilings and the VMEM footprint of a
+// kernel. No TPU measurements back the tilings yet: megablox's (128, 128, 128), with tk and tn
+// as wide as the generation's MXU.
 #include <algorithm>
+#include <array>
 
 #include "gmmgen/heuristics.h"
 
 namespace gmmgen {
+namespace {
 
-// megablox's default tiling, with tk and tn cut to K and N when those are smaller (a block as
-// large as its array's dimension always satisfies the block rule).
-Tiling pallas_default_tiling(Op op, int64_t k, int64_t n) {
+constexpr int64_t kMiB = int64_t{1} << 20;
+// Per TensorCore, from JAX's get_tpu_info(): VMEM 16 MiB on v4, 128 MiB on v5e and v6e, 64 MiB
+// on v5p; the MXU is 128 columns wide before v6 and 256 on v6e.
+constexpr std::array<TpuGeneration, 5> kTpus{{
+    {Tpu::kAny, "every TPU generation (v4's VMEM and MXU, the smallest)", 16 * kMiB, 128},
+    {Tpu::kV4, "TPU v4", 16 * kMiB, 128},
+    {Tpu::kV5e, "TPU v5e", 128 * kMiB, 128},
+    {Tpu::kV5p, "TPU v5p", 64 * kMiB, 128},
+    {Tpu::kV6e, "TPU v6e", 128 * kMiB, 256},
+}};
+
+}  // namespace
+
+std::span<const TpuGeneration> tpu_generations() {
+  return kTpus;
+}
+
+const TpuGeneration& tpu_generation(Tpu t) {
+  for (const TpuGeneration& g : kTpus)
+    if (g.id == t) return g;
+  throw SpecError("tpu=" + std::to_string(int(t)) + " is not a TPU generation");
+}
+
+// megablox's tm (128), tk and tn one MXU wide, each cut to K or N when that is smaller (a block
+// as large as its array's dimension always satisfies the block rule).
+Tiling pallas_default_tiling(Op op, int64_t k, int64_t n, Tpu tpu) {
   (void)op;  // gmm and tgmm share the default until a TPU sweep says otherwise
-  return Tiling{128, std::clamp<int64_t>(k, 1, 128), std::clamp<int64_t>(n, 1, 128)};
+  const int64_t mxu = tpu_generation(tpu).mxu;
+  return Tiling{128, std::clamp<int64_t>(k, 1, mxu), std::clamp<int64_t>(n, 1, mxu)};
+}
+
+int64_t pallas_vmem_limit(const KernelSpec& s) {
+  return pallas_vmem_bytes(s) <= kTpuScopedVmemBytes ? 0 : tpu_generation(s.tpu).vmem_bytes;
 }
 
 int64_t pallas_acc_bytes(const KernelSpec& s) {

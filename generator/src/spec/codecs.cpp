@@ -52,6 +52,15 @@ std::span<const EnumName<LhsLayout>> enum_names<LhsLayout>() {
       {{LhsLayout::kMK, "mk", ""}, {LhsLayout::kKM, "km", "km"}}};
   return k;
 }
+template <>
+std::span<const EnumName<Tpu>> enum_names<Tpu>() {
+  static constexpr std::array<EnumName<Tpu>, 5> k{{{Tpu::kAny, "any", ""},
+                                                   {Tpu::kV4, "v4", "v4"},
+                                                   {Tpu::kV5e, "v5e", "v5e"},
+                                                   {Tpu::kV5p, "v5p", "v5p"},
+                                                   {Tpu::kV6e, "v6e", "v6e"}}};
+  return k;
+}
 
 namespace codec_detail {
 template <>

@@ -51,6 +51,8 @@ template <>
 std::span<const EnumName<Isa>> enum_names<Isa>();
 template <>
 std::span<const EnumName<LhsLayout>> enum_names<LhsLayout>();
+template <>
+std::span<const EnumName<Tpu>> enum_names<Tpu>();
 
 template <typename E>
 const EnumName<E>& enum_entry(E v) {

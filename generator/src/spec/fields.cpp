@@ -48,11 +48,16 @@ bool has_vjp_tilings(const KernelSpec& s) {
 }
 void derive_dlhs_tiling(KernelSpec& s) {
   // dlhs = gmm(dout [M, N], rhs read transposed): contracts over N, writes K columns.
-  s.dlhs_tiling = has_vjp_tilings(s) ? pallas_default_tiling(Op::kGmm, s.n, s.k) : Tiling{0, 0, 0};
+  s.dlhs_tiling =
+      has_vjp_tilings(s) ? pallas_default_tiling(Op::kGmm, s.n, s.k, s.tpu) : Tiling{0, 0, 0};
 }
 void derive_drhs_tiling(KernelSpec& s) {
   // drhs = tgmm(lhs [M, K], dout [M, N]): a [K, N] product per group.
-  s.drhs_tiling = has_vjp_tilings(s) ? pallas_default_tiling(Op::kTgmm, s.k, s.n) : Tiling{0, 0, 0};
+  s.drhs_tiling =
+      has_vjp_tilings(s) ? pallas_default_tiling(Op::kTgmm, s.k, s.n, s.tpu) : Tiling{0, 0, 0};
+}
+bool is_pallas(const KernelSpec& s) {
+  return s.target == TargetKind::kPallas;
 }
 
 // A tiling triple TMxTKxTN, as in kernel names (t128x128x128).
@@ -97,7 +102,7 @@ using R = FieldRole;
 
 // key, flag, values ("" for an enum: its codec lists them), default, doc, role, name sep, name
 // prefix, optional in names, codec, member, derive, required.
-const std::array<SpecField, 20> kFields{{
+const std::array<SpecField, 21> kFields{{
     {"op", "--op", "", "gmm", "the operation: forward/input gradient or weight gradient",
      R::kProblem, "", "", false, &enum_codec<Op>, member_of<&KernelSpec::op>, nullptr, false},
     {"lhs", "--lhs", "", "bf16", "lhs element type", R::kProblem, "_", "", false,
@@ -150,6 +155,10 @@ const std::array<SpecField, 20> kFields{{
     {"isa", "--isa", "", "native",
      "C++ ISA family (native: the best of the machine that compiles it)", R::kImplementation, "_",
      "", true, &enum_codec<Isa>, member_of<&KernelSpec::isa>, nullptr, false},
+    {"tpu", "--tpu", "", "any",
+     "TPU generation of a Pallas module: its VMEM limit and default tiles (any: every one)",
+     R::kImplementation, "_", "", true, &enum_codec<Tpu>, member_of<&KernelSpec::tpu>, nullptr,
+     false, is_pallas, "target=pallas"},
 }};
 
 bool has_role(const SpecField& f, std::initializer_list<FieldRole> roles) {

@@ -26,6 +26,9 @@ std::string_view to_string(Isa v) {
 std::string_view to_string(LhsLayout v) {
   return enum_entry(v).name;
 }
+std::string_view to_string(Tpu v) {
+  return enum_entry(v).name;
+}
 DType parse_dtype(std::string_view s, std::string_view param) {
   return parse_enum<DType>(s, param);
 }

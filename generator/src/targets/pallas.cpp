@@ -72,6 +72,29 @@ void check_block(const ModuleKernel& mk, std::string_view tile, int64_t value, s
       std::to_string(kTpuLanes) + " tiles; " + why + ")");
 }
 
+// A kernel's double-buffered blocks and accumulator must fit its TPU generation's VMEM.
+void check_vmem(const ModuleKernel& mk) {
+  const KernelSpec& k = mk.spec;
+  const int64_t vmem = pallas_vmem_bytes(k);
+  const TpuGeneration& gen = tpu_generation(k.tpu);
+  if (vmem <= gen.vmem_bytes) return;
+  std::string fits;
+  for (const TpuGeneration& g : tpu_generations())
+    if (g.vmem_bytes >= vmem)
+      fits += (fits.empty() ? "" : ", ") + std::string("tpu=") + std::string(to_string(g.id)) +
+              " (" + std::to_string(g.vmem_bytes >> 20) + " MiB)";
+  const Tiling& t = k.tiling;
+  throw SpecError((mk.tiling_key.empty() ? std::string("tiling") : std::string(mk.tiling_key)) +
+                  "=" + std::to_string(t.tm) + "x" + std::to_string(t.tk) + "x" +
+                  std::to_string(t.tn) + ": the " + std::string(mk.role) + " kernel needs " +
+                  std::to_string(vmem) +
+                  " bytes of VMEM (double-buffered blocks and the f32 accumulator), above the " +
+                  std::to_string(gen.vmem_bytes) + " of tpu=" + std::string(to_string(k.tpu)) +
+                  " (" + std::string(gen.what) + "); " +
+                  (fits.empty() ? std::string("no TPU generation has that much: use smaller tiles")
+                                : "use smaller tiles, or a generation with more VMEM: " + fits));
+}
+
 std::string py_bool(bool b) {
   return b ? "True" : "False";
 }
@@ -121,14 +144,7 @@ class PallasTarget final : public Target {
                                    : "tk is a minor dimension of the lhs or out blocks");
       check_block(mk, "tn", t.tn, mk.n_key, k.n, kTpuLanes,
                   "tn is a minor dimension of the out blocks");
-      const int64_t vmem = pallas_vmem_bytes(k);
-      if (vmem > kMaxVmemBytes)
-        throw SpecError(
-            (mk.tiling_key.empty() ? std::string("tiling") : std::string(mk.tiling_key)) + "=" +
-            std::to_string(t.tm) + "x" + std::to_string(t.tk) + "x" + std::to_string(t.tn) +
-            ": the " + std::string(mk.role) + " kernel needs " + std::to_string(vmem) +
-            " bytes of VMEM, above the " + std::to_string(kMaxVmemBytes) +
-            " Mosaic allows by default");
+      check_vmem(mk);
     }
   }
 
@@ -153,6 +169,7 @@ class PallasTarget final : public Target {
     ctx.set("transpose_rhs_py", py_bool(s.transpose_rhs));
     ctx.set("lhs_layout", std::string(to_string(s.lhs_layout)));
     ctx.set("out_mode", std::string(to_string(s.out_mode)));
+    ctx.set("tpu", std::string(to_string(s.tpu)));
     ctx.set("vjp", mu::data(gmm));
     const std::string kk = "K=" + std::to_string(s.k), nn = "N=" + std::to_string(s.n);
     ctx.set("lhs_layout_doc", s.lhs_layout == LhsLayout::kKM
@@ -221,6 +238,8 @@ class PallasTarget final : public Target {
       e.set("transposed_py", py_bool(k.transpose_rhs));
       e.set("lhs_km_py", py_bool(k.op == Op::kTgmm && k.lhs_layout == LhsLayout::kKM));
       e.set("out_mode", std::string(to_string(k.out_mode)));
+      const int64_t limit = pallas_vmem_limit(k);
+      e.set("vmem_limit_py", limit ? std::to_string(limit) : std::string("None"));
       e.set("flops_per_m", std::to_string(c.flops.per_m));
       e.set("flops_fixed", std::to_string(c.flops.fixed));
       e.set("bytes_per_m", std::to_string(c.bytes.per_m));
@@ -251,11 +270,16 @@ class PallasTarget final : public Target {
       calls[std::string(mk.role)] = {
           {"tile", {{"tm", k.tiling.tm}, {"tk", k.tiling.tk}, {"tn", k.tiling.tn}}},
           {"vmem_bytes", pallas_vmem_bytes(k)},
+          {"vmem_limit_bytes", pallas_vmem_limit(k)},
           {"cost",
            {{"flops", {{"per_m", c.flops.per_m}, {"fixed", c.flops.fixed}}},
             {"bytes", {{"per_m", c.bytes.per_m}, {"fixed", c.bytes.fixed}}}}}};
     }
     j["pallas_calls"] = calls;
+    const TpuGeneration& gen = tpu_generation(s.tpu);
+    j["tpu"] = {{"generation", std::string(to_string(s.tpu))},
+                {"vmem_bytes", gen.vmem_bytes},
+                {"mxu", gen.mxu}};
     // A TensorCore runs one grid step at a time: its scratch is the f32 accumulator tile.
     j["footprint"] = {{"scratch_bytes_per_thread", acc},
                       {"vmem_bytes", vmem},
