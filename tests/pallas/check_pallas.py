@@ -335,6 +335,158 @@ def check_gmm_module(mod, case, ctx, diff_mod=None):
     return ok
 
 
+# ---- Quantized gmm modules --------------------------------------------------------------------
+
+# The spec's NF4 levels (QLoRA's NormalFloat levels rounded to bf16), code 0..15.
+NF4 = (-1.0, -0.6953125, -0.5234375, -0.39453125, -0.28515625, -0.1845703125, -0.0908203125, 0.0,
+       0.07958984375, 0.1611328125, 0.24609375, 0.337890625, 0.44140625, 0.5625, 0.72265625, 1.0)
+PACKED = {"i4": 2, "nf4": 2, "t2": 4}  # codes per byte, along the operand's minor axis
+FLOAT_CODES = {"f8e4m3": "float8_e4m3fn", "f8e5m2": "float8_e5m2"}
+
+
+def spec_fields(mod):
+    return dict(item.split("=", 1) for item in mod.SPEC.split(","))
+
+
+def random_codes(np, jnp, rng, dtype, shape):
+    """(the array the module takes, the codes' values as float64 [shape]) for a dtype of the
+    spec: i8 in [-127, 127]; i4 in [-7, 7], t2 in {-1, 0, 1} and nf4 codes 0..15 packed along
+    the last axis, the lowest bits first; fp8 values; bf16 and f32 plain values."""
+    if dtype in FLOAT_CODES:
+        arr = jnp.asarray(rng.normal(0.0, 8.0, size=shape).astype(np.float32)).astype(
+            getattr(jnp, FLOAT_CODES[dtype]))
+        return arr, np.asarray(arr.astype(jnp.float32), dtype=np.float64)
+    if dtype in ("f32", "bf16"):
+        arr = jnp.asarray(rng.uniform(-1.0, 1.0, size=shape).astype(np.float32)).astype(
+            jnp.float32 if dtype == "f32" else jnp.bfloat16)
+        return arr, np.asarray(arr.astype(jnp.float32), dtype=np.float64)
+    if dtype == "i8":
+        codes = rng.integers(-127, 128, size=shape)
+        return jnp.asarray(codes.astype(np.int8)), codes.astype(np.float64)
+    per = PACKED[dtype]
+    if dtype == "nf4":
+        codes = rng.integers(0, 16, size=shape)
+        values = np.asarray(NF4)[codes]
+    elif dtype == "i4":
+        values = rng.integers(-7, 8, size=shape)
+        codes = values & 15  # two's complement nibble
+    else:  # t2: 00 = 0, 01 = +1, 10 = -1
+        values = rng.integers(-1, 2, size=shape)
+        codes = np.where(values < 0, 2, values)
+    bits = 8 // per
+    width = -(-shape[-1] // per)
+    padded = np.zeros(shape[:-1] + (width * per,), dtype=np.int64)
+    padded[..., :shape[-1]] = codes
+    packed = np.zeros(shape[:-1] + (width,), dtype=np.int64)
+    for i in range(per):
+        packed |= padded[..., i::per] << (bits * i)
+    return jnp.asarray(packed.astype(np.uint8)), values.astype(np.float64)
+
+
+def scale_layout(np, scheme, rows, k, n, groups, transposed, is_rhs):
+    """The shape of a scheme's scales (DESIGN's layouts) and a function that expands them to a
+    scale per element: lhs [rows, k], rhs [groups, k, n]."""
+    if scheme == "none":
+        return None, None
+    if scheme == "tensor":
+        return (1,), (lambda s: np.full((groups, k, n) if is_rhs else (rows, k), s[0]))
+    if scheme == "channel":
+        if is_rhs:
+            return (groups, n), (lambda s: np.broadcast_to(s[:, None, :], (groups, k, n)))
+        return (rows,), (lambda s: np.broadcast_to(s[:, None], (rows, k)))
+    bk, _, bn = scheme[len("block:"):].partition("x")
+    bk, bn = int(bk), int(bn or 0)
+    kb = -(-k // bk)
+    if not is_rhs:
+        return (rows, kb), (lambda s: np.repeat(s, bk, axis=1)[:, :k])
+    nb = -(-n // bn) if bn else n
+
+    def expand(s):
+        if transposed:
+            s = s.swapaxes(1, 2)
+        s = np.repeat(s, bk, axis=1)[:, :k]
+        return np.repeat(s, bn, axis=2)[:, :, :n] if bn else s
+    return ((groups, nb, kb) if transposed else (groups, kb, nb)), expand
+
+
+def check_qgmm_module(mod, case, ctx):
+    """A quantized gmm: codes and scales drawn at random (scales 2^[-3, 3]; those the call does
+    not read poisoned with NaN, as are fp8 lhs codes outside the active groups), against the
+    float64 product of the dequantized operands and jax.lax.ragged_dot of them in f32."""
+    np, jnp, jax, chk = ctx.np, ctx.jnp, ctx.jax, ctx.checker
+    f = spec_fields(mod)
+    K, N, GL = mod.K, mod.N, mod.G_LOCAL
+    m, sizes, go = case.m, case.sizes, case.offset
+    offs = group_rows(sizes)
+    lo, hi = offs[go], offs[go + GL]
+    rng = np.random.default_rng(ctx.seed_for(case))
+    transposed = mod.TRANSPOSE_RHS
+    lhs, xv = random_codes(np, jnp, rng, f["lhs"], (m, K))
+    if f["lhs"] in FLOAT_CODES or f["lhs"] in ("f32", "bf16"):  # rows no kernel may read
+        xv[:lo], xv[hi:] = np.nan, np.nan
+        lhs = jnp.asarray(xv.astype(np.float32)).astype(lhs.dtype)
+    rhs, wv = random_codes(np, jnp, rng, f["rhs"], (GL, N, K) if transposed else (GL, K, N))
+    if transposed:
+        wv = wv.swapaxes(1, 2)  # [GL, K, N]
+    lshape, lexpand = scale_layout(np, f["lhs_quant"], m, K, N, GL, transposed, False)
+    rshape, rexpand = scale_layout(np, f["rhs_quant"], m, K, N, GL, transposed, True)
+    lhs_s = rhs_s = None
+    xs, ws = np.ones((m, K)), np.ones((GL, K, N))
+    if lshape is not None:
+        s = np.exp2(rng.integers(-3, 4, size=lshape)) * rng.uniform(1, 2, size=lshape)
+        s = s.astype(np.float32).astype(np.float64)
+        if f["lhs_quant"] != "tensor":
+            s[:lo], s[hi:] = np.nan, np.nan  # rows outside the active groups: not read
+        xs, lhs_s = lexpand(s), jnp.asarray(s.astype(np.float32))
+    if rshape is not None:
+        s = np.exp2(rng.integers(-3, 4, size=rshape)) * rng.uniform(1, 2, size=rshape)
+        s = s.astype(np.float32).astype(np.float64)
+        if f["rhs_quant"] != "tensor":
+            for j in range(GL):
+                if sizes[go + j] == 0:
+                    s[j] = np.nan  # a local group without rows: not read
+        ws, rhs_s = rexpand(s), jnp.asarray(s.astype(np.float32))
+    x, w = xv * xs, wv * ws  # dequantized, float64
+    out_t = mod.OUT_DTYPE
+    existing64, existing = None, None
+    if mod.OUT_MODE != "plain":
+        e = jnp.asarray(rng.uniform(-1, 1, size=(m, N)).astype(np.float32)).astype(out_t)
+        existing64 = np.asarray(e.astype(jnp.float32), dtype=np.float64)
+        existing = e
+    ref = np.zeros((m, N)) if existing64 is None else existing64.copy()
+    ref_abs = np.zeros((m, N)) if existing64 is None else np.abs(existing64)
+    exact = np.ones((m, 1), dtype=bool)
+    for j in range(GL):
+        r0, r1 = offs[go + j], offs[go + j + 1]
+        prod = x[r0:r1] @ w[j]
+        acc = mod.OUT_MODE == "accumulate"
+        ref[r0:r1] = prod + (existing64[r0:r1] if acc else 0)
+        ref_abs[r0:r1] = np.abs(x[r0:r1]) @ np.abs(w[j]) + (np.abs(existing64[r0:r1]) if acc else 0)
+        exact[r0:r1] = False
+    bound = chk.unit(out_t) * np.abs(ref) + (K + 2) * U * ref_abs
+    gs = jnp.asarray(np.array(sizes, dtype=np.int32))
+    where = f"{mod.NAME} [{case.label}, M={m}]"
+    out = mod.gmm(lhs, rhs, gs, preferred_element_type=out_t, group_offset=go,
+                  existing_out=existing, interpret=ctx.interpret, lhs_scales=lhs_s,
+                  rhs_scales=rhs_s)
+    ok = chk.compare(f"{where} gmm", out, ref, bound, exact)
+    if m == 0 or not ctx.ragged or not ok:
+        return ok
+    # ragged_dot of the dequantized operands in f32, zero weights for the groups not held.
+    xc = jnp.asarray(np.nan_to_num(x).astype(np.float32))
+    full = np.zeros((mod.G, K, N), dtype=np.float32)
+    full[go:go + GL] = np.nan_to_num(w)
+    y = jax.lax.ragged_dot(xc, jnp.asarray(full), gs, preferred_element_type=jnp.float32,
+                           precision=jax.lax.Precision.HIGHEST)
+    y64 = np.asarray(y, dtype=np.float64)
+    if mod.OUT_MODE == "accumulate":
+        y64 = y64 + existing64
+    active = ~exact
+    got = np.asarray(jnp.asarray(out).astype(jnp.float32), dtype=np.float64)
+    return chk.compare(f"{where} gmm vs ragged_dot", np.where(active, got, 0.0),
+                       np.where(active, y64, 0.0), 2 * bound, ~active)
+
+
 # ---- tgmm modules -----------------------------------------------------------------------------
 
 
@@ -554,6 +706,20 @@ class Context:
     pass
 
 
+def release_jit_memory(jax, most=30000):
+    """Drops JAX's compiled executables once this process holds more than `most` memory
+    mappings. XLA's CPU JIT maps memory for every executable it compiles, and TPU interpret mode
+    compiles many: a run of every case of a few modules reached Linux's limit of 65530 mappings
+    (vm.max_map_count), where LLVM fails with "cannot allocate memory" and the process dies."""
+    try:
+        with open("/proc/self/maps", "rb") as f:
+            mappings = sum(1 for _ in f)
+    except OSError:
+        return
+    if mappings > most:
+        jax.clear_caches()
+
+
 def load_module_with_vjp3(path, jax):
     """A second copy of a module whose custom_vjp was created with jax_custom_vjp3 on (the flag
     is read when jax.custom_vjp is applied), or None where this JAX has no such flag."""
@@ -651,12 +817,17 @@ def main(argv):
             if mod.OUT_MODE != "plain":
                 covers.append(mod.OUT_MODE)
             cases = make_cases(mod, tm, rng, args.quick)
-            check = check_gmm_module if mod.OP == "gmm" else check_tgmm_module
+            quantized = any(spec_fields(mod)[p] not in ("f32", "bf16") for p in ("lhs", "rhs"))
+            if quantized:
+                covers.append(f"{spec_fields(mod)['lhs_quant']} x {spec_fields(mod)['rhs_quant']}")
+            check = (check_qgmm_module if quantized else
+                     check_gmm_module if mod.OP == "gmm" else check_tgmm_module)
             ctx.seed_for = lambda case, base=args.seed: zlib.crc32(
                 f"{base} {mod.NAME} {case.label} {case.m}".encode())
             ok = True
             for case in cases:
                 ok = check(mod, case, ctx)
+                release_jit_memory(jax)
                 if not ok:
                     break
             # The custom VJP again, created with jax_custom_vjp3 on (to become JAX's default).
@@ -665,8 +836,8 @@ def main(argv):
                     return False
                 shared_done.add(what)
                 return True
-            vjp3 = load_module_with_vjp3(path, jax) if ok and mod.OP == "gmm" and shared(
-                "vjp3") else None
+            vjp3 = load_module_with_vjp3(path, jax) if ok and mod.OP == "gmm" and \
+                not quantized and shared("vjp3") else None
             if vjp3 is not None:
                 # TPU interpret mode's host callbacks are effects, which a custom VJP under
                 # jax_custom_vjp3 rejects: this run uses Pallas's generic interpreter.
@@ -695,6 +866,7 @@ def main(argv):
             print("  " + failure.replace("\n", "\n  "))
         failed_modules += bool(ctx.checker.failures)
         cases_run += len(cases)
+        jax.clear_caches()  # nothing of one module serves the next (see release_jit_memory)
         ctx.checker.worst = max(worst0, ctx.checker.worst)
         sys.stdout.flush()
     print(f"{len(paths)} Pallas modules checked ({cases_run} cases, {ctx.checker.checks} checks) "

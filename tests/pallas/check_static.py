@@ -8,8 +8,9 @@ DIR is a folder written by `gmm-gen emit` (manifest.json, pallas/*.py). For each
 manifest lists: the file compiles (py_compile, bytecode kept out of DIR); it imports only jax,
 jax.numpy, jax.experimental.pallas (and .tpu) and the standard library; it defines
 make_group_metadata, gmm, tgmm, tgmm_mk and differentiable_gmm (tgmm modules:
-make_group_metadata, tgmm and tgmm_mk) with megablox's parameters in megablox's order and
-megablox's defaults (preferred_element_type=jnp.float32); every pl.pallas_call passes a
+make_group_metadata, tgmm and tgmm_mk; quantized gmm modules: make_group_metadata and gmm, whose
+parameters end with lhs_scales and rhs_scales) with megablox's parameters in megablox's order
+and megablox's defaults (preferred_element_type=jnp.float32); every pl.pallas_call passes a
 cost_estimate; NAME, SPEC and HASH agree with the manifest. Exit status 0 or 1.
 """
 import ast
@@ -34,19 +35,24 @@ SIGNATURES = {
     "make_group_metadata": ([], ["group_sizes", "m", "tm", "start_group", "num_nonzero_groups",
                                  "visit_empty_groups"]),
 }
+# A quantized gmm module's gmm: megablox's parameters, then the codes' scales.
+QUANT_SIGNATURES = dict(SIGNATURES, gmm=(SIGNATURES["gmm"][0] + ["lhs_scales", "rhs_scales"], []))
 # Parameters with these defaults (the others' defaults are the module's baked values).
 DEFAULTS = {"group_offset": None, "existing_out": None, "num_actual_groups": None,
-            "interpret": False, "visit_empty_groups": True}
+            "interpret": False, "visit_empty_groups": True, "lhs_scales": None,
+            "rhs_scales": None}
 # megablox's default output dtype, whatever the module writes.
 DTYPE_DEFAULTS = {"preferred_element_type": "jnp.float32"}
 EXPORTS = {"gmm": ["gmm", "tgmm", "tgmm_mk", "differentiable_gmm", "make_group_metadata"],
-           "tgmm": ["tgmm", "tgmm_mk", "make_group_metadata"]}
+           "tgmm": ["tgmm", "tgmm_mk", "make_group_metadata"],
+           "quantized gmm": ["gmm", "make_group_metadata"]}
+FLOAT_DTYPES = ("f32", "bf16")
 ALLOWED_IMPORTS = {"jax", "jax.numpy", "jax.lax", "jax.experimental.pallas",
                    "jax.experimental.pallas.tpu", "dataclasses", "functools", "re", "typing"}
 
 
-def check_function(fn, name):
-    args, kwonly = SIGNATURES[name]
+def check_function(fn, name, signatures):
+    args, kwonly = signatures[name]
     problems = []
     got = [a.arg for a in fn.args.args]
     got_kw = [a.arg for a in fn.args.kwonlyargs]
@@ -106,20 +112,25 @@ def check_module(path, entry):
     op = constants.get("OP")
     if op not in EXPORTS:
         return problems + [f"OP = {op!r} is not gmm or tgmm"]
-    for name in EXPORTS[op]:
+    spec = entry["spec_json"]
+    quantized = op == "gmm" and (spec["lhs"] not in FLOAT_DTYPES or spec["rhs"] not in FLOAT_DTYPES)
+    kind = "quantized gmm" if quantized else op
+    signatures = QUANT_SIGNATURES if quantized else SIGNATURES
+    for name in EXPORTS[kind]:
         if name not in functions:
             problems.append(f"does not define {name}")
         else:
-            problems += check_function(functions[name], name)
-    if constants.get("__all__") != EXPORTS[op]:
-        problems.append(f"__all__ = {constants.get('__all__')}, expected {EXPORTS[op]}")
+            problems += check_function(functions[name], name, signatures)
+    if constants.get("__all__") != EXPORTS[kind]:
+        problems.append(f"__all__ = {constants.get('__all__')}, expected {EXPORTS[kind]}")
     want = {"NAME": entry["name"], "SPEC": entry["spec"], "HASH": entry["hash"]}
     for key, value in want.items():
         if constants.get(key) != value:
             problems.append(f"{key} = {constants.get(key)!r}, the manifest says {value!r}")
     tiling = constants.get("TILING")
-    if not (isinstance(tiling, tuple) and len(tiling) == (9 if op == "gmm" else 3)):
-        problems.append(f"TILING = {tiling!r} is not a {9 if op == 'gmm' else 3}-tuple")
+    size = 9 if kind == "gmm" else 3  # a float gmm module's: forward, dlhs and drhs tiles
+    if not (isinstance(tiling, tuple) and len(tiling) == size):
+        problems.append(f"TILING = {tiling!r} is not a {size}-tuple")
     return problems
 
 

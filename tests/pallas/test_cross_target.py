@@ -11,7 +11,9 @@ and called through the C ABI (ctypes); the module runs in Pallas's generic inter
 interpret mode with --interpret tpu). Both get the same inputs: random values of the operands'
 dtypes, ragged group sizes with empty experts and sum(group_sizes) < M, the shard at both ends
 of the groups (G_local < G), existing_out where the output mode takes it, lhs [K, M] where the
-spec says lhs_layout=km. Each result is compared with a float64 reference within its own bound
+spec says lhs_layout=km; for quantized modules random codes (packed ones as packed bytes) and
+f32 scales in the layouts both targets take, the reference being the float64 product of the
+dequantized operands. Each result is compared with a float64 reference within its own bound
 (f32 summation plus one rounding to the output dtype; rows outside the active groups exactly),
 and the two with each other within the sum of both bounds. --python PY re-runs under PY (a
 Python with JAX) where it exists.
@@ -30,10 +32,11 @@ import tempfile
 import time
 
 sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+import check_pallas  # noqa: E402  (the codes and scales of quantized operands)
 import jax_env  # noqa: E402
 
 U = 2.0**-24  # unit roundoff of f32
-PALLAS_ONLY = ("tm", "tk", "tn", "dlhs_tiling", "drhs_tiling")
+PALLAS_ONLY = ("tm", "tk", "tn", "dlhs_tiling", "drhs_tiling", "tpu")
 
 
 class Args(ctypes.Structure):  # gmmgen_args (gmmgen/kernel_abi.h), GMMGEN_ABI_VERSION 4
@@ -143,10 +146,32 @@ def check_pair(np, jnp, rng, mod, kernel, interpret):
         def raw(a):  # the bytes the C ABI reads (bf16 as its 16-bit patterns)
             return np.ascontiguousarray(np.asarray(a))
 
-        if mod.OP == "gmm":
+        fields = check_pallas.spec_fields(mod)
+        scales = [None, None]
+        if mod.OP == "gmm" and (fields["lhs"] not in ("f32", "bf16") or
+                                fields["rhs"] not in ("f32", "bf16")):
+            x, x64 = check_pallas.random_codes(np, jnp, rng, fields["lhs"], (m, K))
+            w, wk = check_pallas.random_codes(np, jnp, rng, fields["rhs"], (GL, N, K)
+                                              if mod.TRANSPOSE_RHS else (GL, K, N))
+            if mod.TRANSPOSE_RHS:
+                wk = wk.swapaxes(1, 2)
+            for i, (operand, rows) in enumerate((("lhs", m), ("rhs", m))):
+                shape, expand = check_pallas.scale_layout(np, fields[operand + "_quant"], rows, K,
+                                                          N, GL, mod.TRANSPOSE_RHS, i == 1)
+                if shape is None:
+                    continue
+                s = (np.exp2(rng.integers(-3, 4, size=shape)) *
+                     rng.uniform(1, 2, size=shape)).astype(np.float32)
+                scales[i] = s
+                if i == 0:
+                    x64 = x64 * expand(s.astype(np.float64))
+                else:
+                    wk = wk * expand(s.astype(np.float64))
+        elif mod.OP == "gmm":
             x, x64 = draw((m, K), lhs_t)
             w, w64 = draw((GL, N, K) if mod.TRANSPOSE_RHS else (GL, K, N), rhs_t)
             wk = w64.swapaxes(1, 2) if mod.TRANSPOSE_RHS else w64
+        if mod.OP == "gmm":
             out_shape = (m, N)
             ref, ref_abs = np.zeros(out_shape), np.zeros(out_shape)
             for j in range(GL):
@@ -180,8 +205,11 @@ def check_pair(np, jnp, rng, mod, kernel, interpret):
         gs = jnp.asarray(sizes)
         go = jnp.int32(offset)
         if mod.OP == "gmm":
+            quant = {} if all(s is None for s in scales) else {
+                "lhs_scales": None if scales[0] is None else jnp.asarray(scales[0]),
+                "rhs_scales": None if scales[1] is None else jnp.asarray(scales[1])}
             got_pallas = mod.gmm(a, b, gs, preferred_element_type=out_t, group_offset=go,
-                                 existing_out=existing, interpret=interpret)
+                                 existing_out=existing, interpret=interpret, **quant)
         else:
             entry = mod.tgmm if mod.LHS_LAYOUT == "km" else mod.tgmm_mk
             got_pallas = entry(a, b, gs, preferred_element_type=out_t, group_offset=go,
@@ -191,7 +219,9 @@ def check_pair(np, jnp, rng, mod, kernel, interpret):
         c_args = Args(abi_version=4, m=m, lhs=keep[0].ctypes.data, rhs=keep[1].ctypes.data,
                       group_sizes=keep[2].ctypes.data, group_offset=offset,
                       out=out.ctypes.data,
-                      existing_out=keep[3].ctypes.data if existing is not None else None)
+                      existing_out=keep[3].ctypes.data if existing is not None else None,
+                      lhs_scale=None if scales[0] is None else scales[0].ctypes.data,
+                      rhs_scale=None if scales[1] is None else scales[1].ctypes.data)
         err = ctypes.create_string_buffer(512)
         kernel.restype = ctypes.c_int
         rc = kernel(ctypes.byref(c_args), err, ctypes.c_size_t(len(err)))

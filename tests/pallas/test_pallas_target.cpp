@@ -64,15 +64,30 @@ TEST(PallasSpec, ValidationNamesParameterAndRule) {
       {"k=256,n=256,g=4,tpu=v7,target=pallas", "tpu=v7 is not one of: any, v4, v5e, v5p, v6e"},
       {"k=256,n=256,g=4,lhs=f16,target=pallas", "not supported yet for target=pallas: lhs=f16"},
       {"k=256,n=256,g=4,out=f16,target=pallas", "not supported yet for target=pallas: out=f16"},
-      {"k=256,n=256,g=4,lhs=f8e4m3,rhs=f8e4m3,lhs_quant=block:128,rhs_quant=block:128x128,"
+      {"op=tgmm,k=256,n=256,g=4,lhs=f8e4m3,rhs=f8e5m2,lhs_quant=block:128,rhs_quant=block:128,"
        "target=pallas",
-       "not supported yet for target=pallas: lhs=f8e4m3 (quantized operands"},
+       "not supported yet for target=pallas: op=tgmm with lhs=f8e4m3 (the quantized Pallas "
+       "kernel is gmm's forward)"},
+      {"k=256,n=256,g=4,rhs=f16,target=pallas", "not supported yet for target=pallas: rhs=f16"},
+      // Packed codes: blocks of whole bytes of 128-lane tiles; k-tiles of whole scale blocks.
+      {"k=512,n=512,g=4,rhs=nf4,rhs_quant=block:64,tn=128,target=pallas",
+       "tn=128 must be a multiple of 256 or equal to n=512 (target=pallas: Mosaic blocks are "
+       "made of whole 8x128 tiles; tn / codes per byte is the minor dimension of the packed rhs "
+       "blocks)"},
+      {"k=512,n=256,g=4,rhs=i4,rhs_quant=channel,transpose_rhs=1,tk=128,target=pallas",
+       "tk=128 must be a multiple of 256 or equal to k=512"},
+      {"k=512,n=256,g=4,lhs=f8e4m3,rhs=f8e4m3,lhs_quant=block:256,rhs_quant=block:256x128,"
+       "tk=128,target=pallas",
+       "tk=128 must be a multiple of the scale block 256 (lhs_quant=block:256) or cover k=512 "
+       "(target=pallas applies the scales once per block of a k-tile)"},
+      {"k=256,n=256,g=4,rhs=i8,rhs_quant=channel,dlhs_tiling=128x128x128,target=pallas",
+       "dlhs_tiling=128x128x128 applies to float op=gmm with target=pallas only"},
       {"k=256,n=256,g=4,isa=avx2,target=pallas", "isa=avx2 applies to target=cpp only"},
       // The VJP tilings belong to Pallas gmm modules only.
       {"k=256,n=256,g=4,dlhs_tiling=128x128x128",
-       "dlhs_tiling=128x128x128 applies to op=gmm with target=pallas only"},
+       "dlhs_tiling=128x128x128 applies to float op=gmm with target=pallas only"},
       {"k=256,n=256,g=4,op=tgmm,target=pallas,drhs_tiling=128x128x128",
-       "drhs_tiling=128x128x128 applies to op=gmm with target=pallas only"},
+       "drhs_tiling=128x128x128 applies to float op=gmm with target=pallas only"},
   };
   for (const auto& [text, message] : cases) {
     try {
@@ -255,6 +270,42 @@ TEST(PallasEmit, GmmModuleAndManifest) {
   EXPECT_EQ(3u, count_of(py, "vmem_limit_bytes=None,"));
   EXPECT_EQ(files.size(), emit_set({s}).size());
   EXPECT_EQ(py, emit_set({s})[0].content);  // same spec, same bytes
+}
+
+// A quantized gmm module: the forward kernel only (no VJP tilings), taking codes and f32 scales;
+// default tiles hold whole bytes of packed codes and whole scale blocks; sub-byte codes carry
+// their levels, rendered from the generator's own table of code values.
+TEST(PallasEmit, QuantizedGmmModule) {
+  const KernelSpec nf4 = parse_text("k=512,n=768,g=8,rhs=nf4,rhs_quant=block:64,target=pallas");
+  EXPECT_EQ((Tiling{128, 128, 256}), nf4.tiling);
+  EXPECT_EQ((Tiling{0, 0, 0}), nf4.dlhs_tiling);
+  EXPECT_EQ(std::string::npos, to_text(nf4).find("dlhs_tiling"));
+  EXPECT_EQ((Tiling{128, 256, 128}),
+            parse_text("k=512,n=768,g=8,lhs=f8e4m3,rhs=f8e4m3,lhs_quant=block:256,"
+                       "rhs_quant=block:256x128,target=pallas")
+                .tiling);
+  EXPECT_EQ(
+      (Tiling{128, 200, 128}),
+      parse_text("k=200,n=768,g=8,rhs=i4,rhs_quant=channel,transpose_rhs=1,target=pallas").tiling);
+  const auto files = emit_set({nf4});
+  const std::string& py = files[0].content;
+  for (const char* text :
+       {"__all__ = [\"gmm\", \"make_group_metadata\"]", "    lhs_scales=None,\n",
+        "    rhs_scales=None,\n", "scale_block=64,", "rhs_per_byte=2,", "rhs_dtype=jnp.uint8,",
+        "lhs_levels=None,", "rhs_levels=(-1, -0.6953125, -0.5234375,", "product=\"bf16\","})
+    EXPECT_NE(std::string::npos, py.find(text)) << text;
+  for (const char* text : {"def differentiable_gmm(", "def tgmm(", "_DLHS = _Kernel("})
+    EXPECT_EQ(std::string::npos, py.find(text)) << text;
+  const auto k = nlohmann::json::parse(files[1].content)["kernels"][0];
+  EXPECT_EQ(nlohmann::json::array({"gmm", "make_group_metadata"}), k["exports"]);
+  EXPECT_EQ(1u, k["pallas_calls"].size());
+  // Integer codes on both sides: exact int32 products.
+  const std::string i8 =
+      emit_set({parse_text("k=512,n=768,g=8,lhs=i8,rhs=i8,lhs_quant=channel,"
+                           "rhs_quant=channel,target=pallas")})[0]
+          .content;
+  EXPECT_NE(std::string::npos, i8.find("product=\"int\","));
+  EXPECT_NE(std::string::npos, i8.find("scale_block=0,"));
 }
 
 // A tgmm module carries the tgmm kernel and the metadata builder only; its hash covers the

@@ -179,6 +179,11 @@ int64_t pallas_vmem_limit(const KernelSpec& s);
 // Default tiling of a Pallas kernel for `op` with contraction size k and n output columns on
 // `tpu` (default_tiling() of a target=pallas spec; also the VJP kernels' default tilings).
 Tiling pallas_default_tiling(Op op, int64_t k, int64_t n, Tpu tpu);
+// The default tiling of a Pallas spec: the above, with k- and n-tiles of whole bytes of packed
+// codes (128-lane tiles of them) and whole scale blocks along K.
+Tiling pallas_default_tiling(const KernelSpec& s);
+// The finest scale block along K of a quantized gmm (0: no block scales: one block, all of K).
+int64_t pallas_scale_block(const KernelSpec& s);
 // VMEM of a Pallas kernel (a spec of its own problem): its double-buffered blocks plus its f32
 // accumulator tile (pallas_acc_bytes, the kernel's scratch).
 int64_t pallas_vmem_bytes(const KernelSpec& s);

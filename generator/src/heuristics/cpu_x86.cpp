@@ -151,7 +151,7 @@ Isa host_isa() {
 // 233). tgmm: an item is a [tk x tn] tile of one group's output, summed over the group's rows tm
 // at a time (both operands' chunks stay in L2).
 Tiling default_tiling(const KernelSpec& s) {
-  if (s.target == TargetKind::kPallas) return pallas_default_tiling(s.op, s.k, s.n, s.tpu);
+  if (s.target == TargetKind::kPallas) return pallas_default_tiling(s);
   Tiling t;
   if (s.op == Op::kTgmm) {
     // C tiles of 96 rows x 128 columns either way: rows over k and columns over n, or with out

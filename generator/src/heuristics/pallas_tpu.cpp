@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <array>
 
+#include "gmmgen/codes.h"
 #include "gmmgen/heuristics.h"
 
 namespace gmmgen {
@@ -40,6 +41,29 @@ Tiling pallas_default_tiling(Op op, int64_t k, int64_t n, Tpu tpu) {
   return Tiling{128, std::clamp<int64_t>(k, 1, mxu), std::clamp<int64_t>(n, 1, mxu)};
 }
 
+int64_t pallas_scale_block(const KernelSpec& s) {
+  int64_t sb = 0;
+  for (const Quant& q : {s.lhs_quant, s.rhs_quant})
+    if (q.kind == QuantKind::kBlock) sb = sb ? std::min(sb, q.block_k) : q.block_k;
+  return sb;
+}
+
+Tiling pallas_default_tiling(const KernelSpec& s) {
+  Tiling t = pallas_default_tiling(s.op, s.k, s.n, s.tpu);
+  if (s.op != Op::kGmm) return t;
+  // Packed sub-byte codes: blocks of whole 128-lane tiles of bytes along their minor axis; a
+  // k-tile of whole scale blocks.
+  const auto per = [](DType d) { return int64_t(bits_of(d) >= 8 ? 1 : 8 / bits_of(d)); };
+  const int64_t k_per = std::max(per(s.lhs), s.transpose_rhs ? per(s.rhs) : 1);
+  const int64_t n_per = s.transpose_rhs ? 1 : per(s.rhs);
+  const int64_t sb = pallas_scale_block(s);
+  int64_t tk = std::max(t.tk, kTpuLanes * k_per);
+  if (sb) tk = (tk + sb - 1) / sb * sb;
+  t.tk = std::min(tk, s.k);
+  t.tn = std::min(std::max(t.tn, kTpuLanes * n_per), s.n);
+  return t;
+}
+
 int64_t pallas_vmem_limit(const KernelSpec& s) {
   return pallas_vmem_bytes(s) <= kTpuScopedVmemBytes ? 0 : tpu_generation(s.tpu).vmem_bytes;
 }
@@ -61,6 +85,11 @@ int64_t pallas_vmem_bytes(const KernelSpec& s) {
   else
     blocks = bytes(s.lhs, t.tm * t.tk) + bytes(s.rhs, t.tm * t.tn) +
              out_blocks * bytes(s.out, t.tk * t.tn);
+  // A quantized gmm's scales, whole along the k-blocks: lhs [tm, blocks], rhs [blocks, tn].
+  if (codes::is_quantized(s.lhs) || codes::is_quantized(s.rhs)) {
+    const int64_t sb = pallas_scale_block(s), nkb = sb ? (s.k + sb - 1) / sb : 1;
+    blocks += 4 * nkb * (t.tm + t.tn);
+  }
   return 2 * blocks + pallas_acc_bytes(s);
 }
 

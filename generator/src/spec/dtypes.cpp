@@ -13,20 +13,22 @@ using K = DTypeKind;
 constexpr unsigned kAll = kUseLhs | kUseRhs | kUseOut;
 constexpr unsigned kOperand = kUseLhs | kUseRhs;
 
-// id, name, bits, kind, uses, C++ storage, traits, jnp (the Pallas target's: f32 and bf16, the
-// dtypes TPU matmuls take, as megablox's kernels), precision, emin, max finite
+// id, name, bits, kind, uses, C++ storage, traits, jnp (the Pallas target's storage: sub-byte
+// codes as packed uint8), precision, emin, max finite
 constexpr std::array<DTypeInfo, kNumDTypes> kDTypes{{
     {DType::kF32, "f32", 32, K::kFloat, kAll, "float", "F32", "jnp.float32", 24, -126,
      double(std::numeric_limits<float>::max())},
     {DType::kBF16, "bf16", 16, K::kFloat, kAll, "uint16_t", "BF16", "jnp.bfloat16", 8, -126,
      0x1.fep127},
     {DType::kF16, "f16", 16, K::kFloat, kAll, "uint16_t", "F16", "", 11, -14, 65504.0},
-    {DType::kF8E4M3, "f8e4m3", 8, K::kFloat, kOperand, "uint8_t", "F8E4M3", "", 4, -6, 448.0},
-    {DType::kF8E5M2, "f8e5m2", 8, K::kFloat, kOperand, "uint8_t", "F8E5M2", "", 3, -14, 57344.0},
-    {DType::kI8, "i8", 8, K::kInteger, kOperand, "uint8_t", "I8", "", 0, 0, 127.0},
-    {DType::kI4, "i4", 4, K::kInteger, kOperand, "uint8_t", "I4", "", 0, 0, 7.0},
-    {DType::kNF4, "nf4", 4, K::kCodebook, kUseRhs, "uint8_t", "NF4", "", 0, 0, 1.0},
-    {DType::kT2, "t2", 2, K::kInteger, kUseRhs, "uint8_t", "T2", "", 0, 0, 1.0},
+    {DType::kF8E4M3, "f8e4m3", 8, K::kFloat, kOperand, "uint8_t", "F8E4M3", "jnp.float8_e4m3fn", 4,
+     -6, 448.0},
+    {DType::kF8E5M2, "f8e5m2", 8, K::kFloat, kOperand, "uint8_t", "F8E5M2", "jnp.float8_e5m2", 3,
+     -14, 57344.0},
+    {DType::kI8, "i8", 8, K::kInteger, kOperand, "uint8_t", "I8", "jnp.int8", 0, 0, 127.0},
+    {DType::kI4, "i4", 4, K::kInteger, kOperand, "uint8_t", "I4", "jnp.uint8", 0, 0, 7.0},
+    {DType::kNF4, "nf4", 4, K::kCodebook, kUseRhs, "uint8_t", "NF4", "jnp.uint8", 0, 0, 1.0},
+    {DType::kT2, "t2", 2, K::kInteger, kUseRhs, "uint8_t", "T2", "jnp.uint8", 0, 0, 1.0},
 }};
 
 constexpr bool in_code_order() {

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "codecs.h"
+#include "gmmgen/codes.h"
 #include "gmmgen/heuristics.h"
 
 namespace gmmgen {
@@ -41,10 +42,12 @@ void derive_tn(KernelSpec& s) {
   s.tiling.tn = default_tiling(s).tn;
 }
 
-// The VJP tilings belong to Pallas gmm modules, whose differentiable gmm carries the dlhs and
-// drhs kernels (DESIGN.md §8); each defaults to the target's heuristic for its own problem.
+// The VJP tilings belong to Pallas gmm modules of float operands, whose differentiable gmm
+// carries the dlhs and drhs kernels (DESIGN.md §8); each defaults to the target's heuristic for
+// its own problem. (A quantized Pallas module has the forward kernel only.)
 bool has_vjp_tilings(const KernelSpec& s) {
-  return s.target == TargetKind::kPallas && s.op == Op::kGmm;
+  return s.target == TargetKind::kPallas && s.op == Op::kGmm && !codes::is_quantized(s.lhs) &&
+         !codes::is_quantized(s.rhs);
 }
 void derive_dlhs_tiling(KernelSpec& s) {
   // dlhs = gmm(dout [M, N], rhs read transposed): contracts over N, writes K columns.
@@ -135,11 +138,11 @@ const std::array<SpecField, 21> kFields{{
     {"dlhs_tiling", "--dlhs-tiling", "TMxTKxTN (target=pallas, op=gmm)", "heuristic",
      "tiling of the differentiable gmm's dlhs kernel (contracts over N, K columns)", R::kTiling,
      "_", "dl", true, &tiling_codec, member_of<&KernelSpec::dlhs_tiling>, derive_dlhs_tiling, false,
-     has_vjp_tilings, "op=gmm with target=pallas"},
+     has_vjp_tilings, "float op=gmm with target=pallas"},
     {"drhs_tiling", "--drhs-tiling", "TMxTKxTN (target=pallas, op=gmm)", "heuristic",
      "tiling of the differentiable gmm's drhs kernel (a tgmm: contracts over M)", R::kTiling, "_",
      "dr", true, &tiling_codec, member_of<&KernelSpec::drhs_tiling>, derive_drhs_tiling, false,
-     has_vjp_tilings, "op=gmm with target=pallas"},
+     has_vjp_tilings, "float op=gmm with target=pallas"},
     {"transpose_rhs", "--transpose-rhs", "0, 1", "0",
      "gmm: rhs stored [G_local, N, K]; tgmm: out stored [G_local, N, K]", R::kProblem, "_", "tr",
      true, &bool_codec, member_of<&KernelSpec::transpose_rhs>, nullptr, false},

@@ -2,6 +2,7 @@
 // for JAX Pallas on TPU, megablox-compatible. A gmm module also carries the backward kernels of
 // its differentiable gmm (dlhs and drhs), each with its own tiling from the spec.
 #include <algorithm>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,10 @@
 
 namespace gmmgen {
 namespace {
+
+bool quantized(const KernelSpec& s) {
+  return codes::is_quantized(s.lhs) || codes::is_quantized(s.rhs);
+}
 
 // One pallas_call of a module, as a spec of its own problem (its cost model and block rule are
 // the spec's).
@@ -32,6 +37,10 @@ std::vector<ModuleKernel> module_kernels(const KernelSpec& s) {
   if (s.op == Op::kTgmm)
     return {{"_TGMM", "tgmm", "", "k", "n",
              "The kernel: out[j] = lhs[rows of g]^T @ rhs[rows of g].", s}};
+  if (quantized(s))
+    return {{"_GMM", "gmm", "", "k", "n",
+             "The forward kernel: out = (lhs codes x rhs codes) per group, scaled per k-block.",
+             s}};
   KernelSpec dlhs = s;
   dlhs.lhs = s.out;
   dlhs.out = s.lhs;
@@ -95,6 +104,13 @@ void check_vmem(const ModuleKernel& mk) {
                                 : "use smaller tiles, or a generation with more VMEM: " + fits));
 }
 
+// A module's public names (its __all__ and the manifest's exports).
+std::vector<std::string> exports(const KernelSpec& s) {
+  if (s.op == Op::kTgmm) return {"tgmm", "tgmm_mk", "make_group_metadata"};
+  if (quantized(s)) return {"gmm", "make_group_metadata"};
+  return {"gmm", "tgmm", "tgmm_mk", "differentiable_gmm", "make_group_metadata"};
+}
+
 std::string py_bool(bool b) {
   return b ? "True" : "False";
 }
@@ -108,6 +124,32 @@ std::string jnp_of(DType d) {
   return std::string(dtype_info(d).jnp);
 }
 
+// How a kernel multiplies: "int" (integer codes on both sides: exact int32 products and sums),
+// "bf16" (every value of both operands is a bf16 value: exact products, f32 sums) or "f32".
+std::string product_of(const KernelSpec& k) {
+  const auto integer = [](DType d) { return dtype_info(d).kind == DTypeKind::kInteger; };
+  if (integer(k.lhs) && integer(k.rhs)) return "int";
+  return codes::bf16_exact(k.lhs) && codes::bf16_exact(k.rhs) ? "bf16" : "f32";
+}
+
+// The values of a sub-byte dtype's codes, 0 .. 2^bits - 1, as a Python tuple ("None" for codes
+// of 8 bits and more, which convert with astype).
+std::string levels_py(DType d) {
+  if (codes::elements_per_byte(d) == 1) return "None";
+  std::string out = "(";
+  char buf[32];
+  for (int c = 0; c < (1 << bits_of(d)); ++c) {
+    std::snprintf(buf, sizeof buf, "%.9g", double(codes::decode(d, uint8_t(c))));
+    out += std::string(c ? ", " : "") + buf;
+  }
+  return out + ")";
+}
+
+std::string scales_py(const Quant& q) {
+  static const char* kKinds[] = {"none", "tensor", "channel", "block"};
+  return kKinds[int(q.kind)];
+}
+
 class PallasTarget final : public Target {
  public:
   TargetKind kind() const override { return TargetKind::kPallas; }
@@ -118,12 +160,12 @@ class PallasTarget final : public Target {
     };
     for (auto [p, d] :
          {std::pair{"lhs", s.lhs}, std::pair{"rhs", s.rhs}, std::pair{"out", s.out}}) {
-      if (codes::is_quantized(d))
+      if (dtype_info(d).jnp.empty())
         not_yet(std::string(p) + "=" + std::string(to_string(d)),
-                "quantized operands: the Pallas modules take f32 and bf16");
-      else if (dtype_info(d).jnp.empty())
-        not_yet(std::string(p) + "=" + std::string(to_string(d)),
-                "TPU matmuls take f32 and bf16, as megablox's kernels do");
+                "TPU matmuls take f32, bf16 and the quantized codes");
+      else if (codes::is_quantized(d) && s.op == Op::kTgmm)
+        not_yet("op=tgmm with " + std::string(p) + "=" + std::string(to_string(d)),
+                "the quantized Pallas kernel is gmm's forward");
     }
     if (s.isa != Isa::kNative)
       throw SpecError("isa=" + std::string(to_string(s.isa)) +
@@ -139,11 +181,29 @@ class PallasTarget final : public Target {
       check_block(mk, "tm", t.tm, "", 0, km ? kTpuLanes : kTpuSublanes,
                   km ? "tm is the minor dimension of the lhs [K, M] blocks"
                      : "tm is a second-minor block dimension, and M is a run-time value");
-      check_block(mk, "tk", t.tk, mk.k_key, k.k, kTpuLanes,
-                  k.op == Op::kGmm ? "tk is the minor dimension of the lhs blocks"
-                                   : "tk is a minor dimension of the lhs or out blocks");
-      check_block(mk, "tn", t.tn, mk.n_key, k.n, kTpuLanes,
-                  "tn is a minor dimension of the out blocks");
+      // Sub-byte codes pack along their operand's minor dimension: its blocks hold whole bytes
+      // of whole 128-lane tiles.
+      const int lhs_per = codes::elements_per_byte(k.lhs),
+                rhs_per = codes::elements_per_byte(k.rhs);
+      const int k_per = std::max(lhs_per, k.transpose_rhs ? rhs_per : 1);
+      const int n_per = k.transpose_rhs ? 1 : rhs_per;
+      check_block(mk, "tk", t.tk, mk.k_key, k.k, kTpuLanes * k_per,
+                  k_per > 1 ? "tk / codes per byte is the minor dimension of the packed blocks"
+                  : k.op == Op::kGmm ? "tk is the minor dimension of the lhs blocks"
+                                     : "tk is a minor dimension of the lhs or out blocks");
+      check_block(mk, "tn", t.tn, mk.n_key, k.n, kTpuLanes * n_per,
+                  n_per > 1 ? "tn / codes per byte is the minor dimension of the packed rhs blocks"
+                            : "tn is a minor dimension of the out blocks");
+      // Scales apply per k-block of the finest block scale: a k-tile holds whole blocks.
+      const int64_t sb = pallas_scale_block(k);
+      if (sb && t.tk % sb != 0 && t.tk < k.k) {
+        const bool lhs_sb = k.lhs_quant.kind == QuantKind::kBlock && k.lhs_quant.block_k == sb;
+        throw SpecError(tile_text(mk, "tk", t.tk) + " must be a multiple of the scale block " +
+                        std::to_string(sb) + " (" + (lhs_sb ? "lhs_quant=" : "rhs_quant=") +
+                        to_string(lhs_sb ? k.lhs_quant : k.rhs_quant) +
+                        ") or cover k=" + std::to_string(k.k) +
+                        " (target=pallas applies the scales once per block of a k-tile)");
+      }
       check_vmem(mk);
     }
   }
@@ -170,7 +230,21 @@ class PallasTarget final : public Target {
     ctx.set("lhs_layout", std::string(to_string(s.lhs_layout)));
     ctx.set("out_mode", std::string(to_string(s.out_mode)));
     ctx.set("tpu", std::string(to_string(s.tpu)));
-    ctx.set("vjp", mu::data(gmm));
+    ctx.set("vjp", mu::data(gmm && !quantized(s)));
+    ctx.set("quant", mu::data(quantized(s)));
+    ctx.set("lhs_quant", to_string(s.lhs_quant));
+    ctx.set("rhs_quant", to_string(s.rhs_quant));
+    const auto codes_doc = [](DType d, const Quant& q) {
+      return codes::is_quantized(d) ? std::string(to_string(d)) + " codes (" + jnp_of(d) +
+                                          ") with " + to_string(q) + " scales"
+                                    : "plain " + std::string(to_string(d)) + " values";
+    };
+    ctx.set("lhs_codes_doc", codes_doc(s.lhs, s.lhs_quant));
+    ctx.set("rhs_codes_doc", codes_doc(s.rhs, s.rhs_quant));
+    std::string exports_py;
+    for (const std::string& e : exports(s))
+      exports_py += (exports_py.empty() ? "[\"" : ", \"") + e + "\"";
+    ctx.set("exports_py", exports_py + "]");
     const std::string kk = "K=" + std::to_string(s.k), nn = "N=" + std::to_string(s.n);
     ctx.set("lhs_layout_doc", s.lhs_layout == LhsLayout::kKM
                                   ? "[" + kk + ", M] (lhs_layout=km, read in place)"
@@ -198,8 +272,10 @@ class PallasTarget final : public Target {
       ctx.set("tgmm_out_doc", "[G_local, " + kk + ", " + nn + "]");
       ctx.set("tgmm_existing_doc", std::string("None (the result is written, not added)"));
       ctx.set("lhs_km", false);
-      ctx.set("tiling_py", "(" + py_items(s.tiling) + ", " + py_items(s.dlhs_tiling) + ", " +
-                               py_items(s.drhs_tiling) + ")");
+      ctx.set("tiling_py", quantized(s)
+                               ? py_tuple(s.tiling)
+                               : "(" + py_items(s.tiling) + ", " + py_items(s.dlhs_tiling) + ", " +
+                                     py_items(s.drhs_tiling) + ")");
     } else {
       const bool acc = s.out_mode == OutMode::kAccumulate;
       ctx.set("out_mode_doc", acc ? std::string("The product is added to existing_out (gradient "
@@ -238,6 +314,17 @@ class PallasTarget final : public Target {
       e.set("transposed_py", py_bool(k.transpose_rhs));
       e.set("lhs_km_py", py_bool(k.op == Op::kTgmm && k.lhs_layout == LhsLayout::kKM));
       e.set("out_mode", std::string(to_string(k.out_mode)));
+      e.set("product", product_of(k));
+      e.set("lhs_scales", scales_py(k.lhs_quant));
+      e.set("lhs_block", std::to_string(k.lhs_quant.block_k));
+      e.set("rhs_scales", scales_py(k.rhs_quant));
+      e.set("rhs_block_k", std::to_string(k.rhs_quant.block_k));
+      e.set("rhs_block_n", std::to_string(k.rhs_quant.block_n));
+      e.set("scale_block", std::to_string(pallas_scale_block(k)));
+      e.set("lhs_per_byte", std::to_string(codes::elements_per_byte(k.lhs)));
+      e.set("rhs_per_byte", std::to_string(codes::elements_per_byte(k.rhs)));
+      e.set("lhs_levels", levels_py(k.lhs));
+      e.set("rhs_levels", levels_py(k.rhs));
       const int64_t limit = pallas_vmem_limit(k);
       e.set("vmem_limit_py", limit ? std::to_string(limit) : std::string("None"));
       e.set("flops_per_m", std::to_string(c.flops.per_m));
@@ -256,9 +343,7 @@ class PallasTarget final : public Target {
     j["template"] =
         std::string(s.op == Op::kGmm ? "pallas/gmm.py" : "pallas/tgmm.py") + ".mustache";
     j["module"] = id.name;
-    j["exports"] = s.op == Op::kGmm ? nlohmann::ordered_json{"gmm", "tgmm", "differentiable_gmm",
-                                                             "make_group_metadata"}
-                                    : nlohmann::ordered_json{"tgmm", "make_group_metadata"};
+    j["exports"] = exports(s);
     // Per pallas_call: its tiling, VMEM and cost model (the forward's cost is the entry's).
     nlohmann::ordered_json calls = nlohmann::ordered_json::object();
     int64_t vmem = 0, acc = 0;
