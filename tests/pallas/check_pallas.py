@@ -409,10 +409,51 @@ def scale_layout(np, scheme, rows, k, n, groups, transposed, is_rhs):
     return ((groups, nb, kb) if transposed else (groups, kb, nb)), expand
 
 
+def check_frozen_vjp(mod, case, ctx, args, out, x, w, where):
+    """The VJP of a frozen-weight module's differentiable_gmm (x, w: the dequantized operands,
+    float64; rows of x outside the active groups NaN)."""
+    np, jnp, jax, chk = ctx.np, ctx.jnp, ctx.jax, ctx.checker
+    lhs, rhs, gs, existing, rhs_s = args
+    m, sizes, go, GL = case.m, case.sizes, case.offset, mod.G_LOCAL
+    offs = group_rows(sizes)
+    lo, hi = offs[go], offs[go + GL]
+    rng = np.random.default_rng(ctx.seed_for(case) + 1)
+    dout = jnp.asarray(rng.uniform(-1, 1, size=(m, mod.N)).astype(np.float32)).astype(
+        mod.OUT_DTYPE)
+    dout64 = np.asarray(dout.astype(jnp.float32), dtype=np.float64)
+    dout64[:lo], dout64[hi:] = np.nan, np.nan  # rows no kernel may read
+    dout = jnp.asarray(dout64.astype(np.float32)).astype(mod.OUT_DTYPE)
+
+    def fn(l, *e):
+        return mod.differentiable_gmm(l, rhs, gs, preferred_element_type=mod.OUT_DTYPE,
+                                      group_offset=go, existing_out=e[0] if e else None,
+                                      interpret=ctx.interpret, rhs_scales=rhs_s)
+    primals = (lhs,) if existing is None else (lhs, existing)
+    got, vjp = jax.vjp(fn, *primals)
+    dlhs, *dexisting = vjp(dout)
+    ok = chk.compare(f"{where} differentiable_gmm vs gmm", got, np.asarray(
+        jnp.asarray(out).astype(jnp.float32), dtype=np.float64), 0.0, np.ones((m, 1), bool))
+    ref, ref_abs = np.zeros((m, mod.K)), np.zeros((m, mod.K))
+    exact = np.ones((m, 1), dtype=bool)
+    for j in range(GL):
+        r0, r1 = offs[go + j], offs[go + j + 1]
+        ref[r0:r1], ref_abs[r0:r1] = dout64[r0:r1] @ w[j].T, np.abs(dout64[r0:r1]) @ np.abs(w[j].T)
+        exact[r0:r1] = False
+    bound = chk.unit(mod.LHS_DTYPE) * np.abs(ref) + (mod.N + 2) * U * ref_abs
+    ok &= chk.compare(f"{where} dlhs (frozen weights)", dlhs, ref, bound, exact)
+    if mod.OUT_MODE != "plain":
+        want = dout64 if mod.OUT_MODE == "accumulate" else np.where(exact, dout64, 0.0)
+        ok &= chk.compare(f"{where} d existing_out", dexisting[0], want, 0.0,
+                          np.ones((m, 1), dtype=bool))
+    return ok
+
+
 def check_qgmm_module(mod, case, ctx):
     """A quantized gmm: codes and scales drawn at random (scales 2^[-3, 3]; those the call does
-    not read poisoned with NaN, as are fp8 lhs codes outside the active groups), against the
-    float64 product of the dequantized operands and jax.lax.ragged_dot of them in f32."""
+    not read poisoned with NaN, as are float lhs values outside the active groups), against the
+    float64 product of the dequantized operands and jax.lax.ragged_dot of them in f32. With a
+    float lhs (frozen weights) also the VJP of differentiable_gmm: dlhs against dout x the
+    dequantized weights^T, zero cotangents for the codes and scales, existing_out's."""
     np, jnp, jax, chk = ctx.np, ctx.jnp, ctx.jax, ctx.checker
     f = spec_fields(mod)
     K, N, GL = mod.K, mod.N, mod.G_LOCAL
@@ -470,6 +511,8 @@ def check_qgmm_module(mod, case, ctx):
                   existing_out=existing, interpret=ctx.interpret, lhs_scales=lhs_s,
                   rhs_scales=rhs_s)
     ok = chk.compare(f"{where} gmm", out, ref, bound, exact)
+    if ok and hasattr(mod, "differentiable_gmm"):
+        ok = check_frozen_vjp(mod, case, ctx, (lhs, rhs, gs, existing, rhs_s), out, x, w, where)
     if m == 0 or not ctx.ragged or not ok:
         return ok
     # ragged_dot of the dequantized operands in f32, zero weights for the groups not held.

@@ -8,8 +8,8 @@ DIR is a folder written by `gmm-gen emit` (manifest.json, pallas/*.py). For each
 manifest lists: the file compiles (py_compile, bytecode kept out of DIR); it imports only jax,
 jax.numpy, jax.experimental.pallas (and .tpu) and the standard library; it defines
 make_group_metadata, gmm, tgmm, tgmm_mk and differentiable_gmm (tgmm modules:
-make_group_metadata, tgmm and tgmm_mk; quantized gmm modules: make_group_metadata and gmm, whose
-parameters end with lhs_scales and rhs_scales) with megablox's parameters in megablox's order
+make_group_metadata, tgmm and tgmm_mk; quantized gmm modules: make_group_metadata and gmm, and
+with a float lhs differentiable_gmm, whose parameters end with lhs_scales and rhs_scales) with megablox's parameters in megablox's order
 and megablox's defaults (preferred_element_type=jnp.float32); every pl.pallas_call passes a
 cost_estimate; NAME, SPEC and HASH agree with the manifest. Exit status 0 or 1.
 """
@@ -35,8 +35,11 @@ SIGNATURES = {
     "make_group_metadata": ([], ["group_sizes", "m", "tm", "start_group", "num_nonzero_groups",
                                  "visit_empty_groups"]),
 }
-# A quantized gmm module's gmm: megablox's parameters, then the codes' scales.
-QUANT_SIGNATURES = dict(SIGNATURES, gmm=(SIGNATURES["gmm"][0] + ["lhs_scales", "rhs_scales"], []))
+# A quantized gmm module's gmm (and differentiable_gmm, for frozen quantized weights): megablox's
+# parameters, then the codes' scales.
+QUANT_SIGNATURES = dict(SIGNATURES, **{
+    name: (SIGNATURES[name][0] + ["lhs_scales", "rhs_scales"], [])
+    for name in ("gmm", "differentiable_gmm")})
 # Parameters with these defaults (the others' defaults are the module's baked values).
 DEFAULTS = {"group_offset": None, "existing_out": None, "num_actual_groups": None,
             "interpret": False, "visit_empty_groups": True, "lhs_scales": None,
@@ -45,7 +48,8 @@ DEFAULTS = {"group_offset": None, "existing_out": None, "num_actual_groups": Non
 DTYPE_DEFAULTS = {"preferred_element_type": "jnp.float32"}
 EXPORTS = {"gmm": ["gmm", "tgmm", "tgmm_mk", "differentiable_gmm", "make_group_metadata"],
            "tgmm": ["tgmm", "tgmm_mk", "make_group_metadata"],
-           "quantized gmm": ["gmm", "make_group_metadata"]}
+           "quantized gmm": ["gmm", "make_group_metadata"],
+           "frozen-weight gmm": ["gmm", "differentiable_gmm", "make_group_metadata"]}
 FLOAT_DTYPES = ("f32", "bf16")
 ALLOWED_IMPORTS = {"jax", "jax.numpy", "jax.lax", "jax.experimental.pallas",
                    "jax.experimental.pallas.tpu", "dataclasses", "functools", "re", "typing"}
@@ -114,7 +118,8 @@ def check_module(path, entry):
         return problems + [f"OP = {op!r} is not gmm or tgmm"]
     spec = entry["spec_json"]
     quantized = op == "gmm" and (spec["lhs"] not in FLOAT_DTYPES or spec["rhs"] not in FLOAT_DTYPES)
-    kind = "quantized gmm" if quantized else op
+    kind = op if not quantized else "quantized gmm" if spec["lhs"] not in FLOAT_DTYPES else \
+        "frozen-weight gmm"
     signatures = QUANT_SIGNATURES if quantized else SIGNATURES
     for name in EXPORTS[kind]:
         if name not in functions:
@@ -128,7 +133,8 @@ def check_module(path, entry):
         if constants.get(key) != value:
             problems.append(f"{key} = {constants.get(key)!r}, the manifest says {value!r}")
     tiling = constants.get("TILING")
-    size = 9 if kind == "gmm" else 3  # a float gmm module's: forward, dlhs and drhs tiles
+    # gmm modules: the forward's tiles, then dlhs's and drhs's (float) or dlhs's (frozen weights)
+    size = {"gmm": 9, "frozen-weight gmm": 6}.get(kind, 3)
     if not (isinstance(tiling, tuple) and len(tiling) == size):
         problems.append(f"TILING = {tiling!r} is not a {size}-tuple")
     return problems

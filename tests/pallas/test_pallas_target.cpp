@@ -80,12 +80,22 @@ TEST(PallasSpec, ValidationNamesParameterAndRule) {
        "tk=128,target=pallas",
        "tk=128 must be a multiple of the scale block 256 (lhs_quant=block:256) or cover k=512 "
        "(target=pallas applies the scales once per block of a k-tile)"},
-      {"k=256,n=256,g=4,rhs=i8,rhs_quant=channel,dlhs_tiling=128x128x128,target=pallas",
-       "dlhs_tiling=128x128x128 applies to float op=gmm with target=pallas only"},
+      // Frozen quantized weights: a dlhs kernel (dequantizing whole scale blocks along K), no
+      // drhs; a quantized lhs: no VJP.
+      {"k=256,n=256,g=4,rhs=i8,rhs_quant=channel,drhs_tiling=128x128x128,target=pallas",
+       "drhs_tiling=128x128x128 applies to float op=gmm with target=pallas only"},
+      {"k=256,n=256,g=4,lhs=i8,rhs=i8,lhs_quant=channel,rhs_quant=channel,"
+       "dlhs_tiling=128x128x128,target=pallas",
+       "dlhs_tiling=128x128x128 applies to op=gmm with target=pallas and a float lhs only"},
+      {"k=512,n=256,g=4,rhs=nf4,rhs_quant=block:128,dlhs_tiling=128x256x64,target=pallas",
+       "dlhs_tiling tn=64 must be a multiple of 128 or equal to k=512"},
+      {"k=512,n=256,g=4,rhs=i8,rhs_quant=block:256,dlhs_tiling=128x256x128,target=pallas",
+       "dlhs_tiling tn=128 must be a multiple of the scale block 256 (rhs_quant=block:256) or "
+       "cover k=512 (target=pallas: the dlhs kernel dequantizes the weights' blocks)"},
       {"k=256,n=256,g=4,isa=avx2,target=pallas", "isa=avx2 applies to target=cpp only"},
       // The VJP tilings belong to Pallas gmm modules only.
       {"k=256,n=256,g=4,dlhs_tiling=128x128x128",
-       "dlhs_tiling=128x128x128 applies to float op=gmm with target=pallas only"},
+       "dlhs_tiling=128x128x128 applies to op=gmm with target=pallas and a float lhs only"},
       {"k=256,n=256,g=4,op=tgmm,target=pallas,drhs_tiling=128x128x128",
        "drhs_tiling=128x128x128 applies to float op=gmm with target=pallas only"},
   };
@@ -272,14 +282,19 @@ TEST(PallasEmit, GmmModuleAndManifest) {
   EXPECT_EQ(py, emit_set({s})[0].content);  // same spec, same bytes
 }
 
-// A quantized gmm module: the forward kernel only (no VJP tilings), taking codes and f32 scales;
-// default tiles hold whole bytes of packed codes and whole scale blocks; sub-byte codes carry
-// their levels, rendered from the generator's own table of code values.
+// A quantized gmm module takes codes and f32 scales; default tiles hold whole bytes of packed
+// codes and whole scale blocks; sub-byte codes carry their levels, rendered from the generator's
+// own table of code values. Frozen quantized weights (a float lhs) give a differentiable gmm
+// with a dequantizing dlhs kernel; a quantized lhs gives the forward only.
 TEST(PallasEmit, QuantizedGmmModule) {
   const KernelSpec nf4 = parse_text("k=512,n=768,g=8,rhs=nf4,rhs_quant=block:64,target=pallas");
   EXPECT_EQ((Tiling{128, 128, 256}), nf4.tiling);
-  EXPECT_EQ((Tiling{0, 0, 0}), nf4.dlhs_tiling);
-  EXPECT_EQ(std::string::npos, to_text(nf4).find("dlhs_tiling"));
+  // dlhs contracts over N, along which the codes are packed: k-tiles of 256 codes.
+  EXPECT_EQ((Tiling{128, 256, 128}), nf4.dlhs_tiling);
+  EXPECT_EQ((Tiling{0, 0, 0}), nf4.drhs_tiling);
+  EXPECT_NE(std::string::npos, to_text(nf4).find("dlhs_tiling=128x256x128,transpose_rhs"));
+  EXPECT_EQ((Tiling{128, 128, 256}),
+            parse_text("k=512,n=768,g=8,rhs=i8,rhs_quant=block:256,target=pallas").dlhs_tiling);
   EXPECT_EQ((Tiling{128, 256, 128}),
             parse_text("k=512,n=768,g=8,lhs=f8e4m3,rhs=f8e4m3,lhs_quant=block:256,"
                        "rhs_quant=block:256x128,target=pallas")
@@ -290,15 +305,17 @@ TEST(PallasEmit, QuantizedGmmModule) {
   const auto files = emit_set({nf4});
   const std::string& py = files[0].content;
   for (const char* text :
-       {"__all__ = [\"gmm\", \"make_group_metadata\"]", "    lhs_scales=None,\n",
+       {"__all__ = [\"gmm\", \"differentiable_gmm\", \"make_group_metadata\"]",
+        "TILING = (128, 128, 256, 128, 256, 128)", "rhs_dequant=True,", "    lhs_scales=None,\n",
         "    rhs_scales=None,\n", "scale_block=64,", "rhs_per_byte=2,", "rhs_dtype=jnp.uint8,",
         "lhs_levels=None,", "rhs_levels=(-1, -0.6953125, -0.5234375,", "product=\"bf16\","})
     EXPECT_NE(std::string::npos, py.find(text)) << text;
-  for (const char* text : {"def differentiable_gmm(", "def tgmm(", "_DLHS = _Kernel("})
+  for (const char* text : {"def tgmm(", "_DRHS = _Kernel("})
     EXPECT_EQ(std::string::npos, py.find(text)) << text;
   const auto k = nlohmann::json::parse(files[1].content)["kernels"][0];
-  EXPECT_EQ(nlohmann::json::array({"gmm", "make_group_metadata"}), k["exports"]);
-  EXPECT_EQ(1u, k["pallas_calls"].size());
+  EXPECT_EQ(nlohmann::json::array({"gmm", "differentiable_gmm", "make_group_metadata"}),
+            k["exports"]);
+  EXPECT_EQ(2u, k["pallas_calls"].size());
   // Integer codes on both sides: exact int32 products.
   const std::string i8 =
       emit_set({parse_text("k=512,n=768,g=8,lhs=i8,rhs=i8,lhs_quant=channel,"
@@ -306,6 +323,8 @@ TEST(PallasEmit, QuantizedGmmModule) {
           .content;
   EXPECT_NE(std::string::npos, i8.find("product=\"int\","));
   EXPECT_NE(std::string::npos, i8.find("scale_block=0,"));
+  EXPECT_NE(std::string::npos, i8.find("__all__ = [\"gmm\", \"make_group_metadata\"]"));
+  EXPECT_EQ(std::string::npos, i8.find("def differentiable_gmm("));
 }
 
 // A tgmm module carries the tgmm kernel and the metadata builder only; its hash covers the

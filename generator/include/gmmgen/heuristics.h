@@ -182,6 +182,10 @@ Tiling pallas_default_tiling(Op op, int64_t k, int64_t n, Tpu tpu);
 // The default tiling of a Pallas spec: the above, with k- and n-tiles of whole bytes of packed
 // codes (128-lane tiles of them) and whole scale blocks along K.
 Tiling pallas_default_tiling(const KernelSpec& s);
+// The default tiling of a Pallas gmm module's dlhs kernel (dout [M, N] x rhs read transposed:
+// contracts over N, writes K columns); with quantized weights, whose codes it reads in place, its
+// tiles hold whole bytes of packed codes and whole scale blocks along K.
+Tiling pallas_dlhs_default_tiling(const KernelSpec& s);
 // The finest scale block along K of a quantized gmm (0: no block scales: one block, all of K).
 int64_t pallas_scale_block(const KernelSpec& s);
 // VMEM of a Pallas kernel (a spec of its own problem): its double-buffered blocks plus its f32

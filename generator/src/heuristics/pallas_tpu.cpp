@@ -64,6 +64,19 @@ Tiling pallas_default_tiling(const KernelSpec& s) {
   return t;
 }
 
+Tiling pallas_dlhs_default_tiling(const KernelSpec& s) {
+  Tiling t = pallas_default_tiling(Op::kGmm, s.n, s.k, s.tpu);
+  if (!codes::is_quantized(s.rhs)) return t;
+  const int64_t lanes = kTpuLanes * codes::elements_per_byte(s.rhs);
+  if (s.transpose_rhs)  // codes stored [G, N, K]: packed along K, the kernel's output axis
+    t.tn = std::min(std::max(t.tn, lanes), s.k);
+  else  // stored [G, K, N]: packed along N, its contraction axis
+    t.tk = std::min(std::max(t.tk, lanes), s.n);
+  if (const int64_t b = s.rhs_quant.kind == QuantKind::kBlock ? s.rhs_quant.block_k : 0)
+    t.tn = std::min((t.tn + b - 1) / b * b, s.k);
+  return t;
+}
+
 int64_t pallas_vmem_limit(const KernelSpec& s) {
   return pallas_vmem_bytes(s) <= kTpuScopedVmemBytes ? 0 : tpu_generation(s.tpu).vmem_bytes;
 }

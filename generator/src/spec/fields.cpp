@@ -42,22 +42,23 @@ void derive_tn(KernelSpec& s) {
   s.tiling.tn = default_tiling(s).tn;
 }
 
-// The VJP tilings belong to Pallas gmm modules of float operands, whose differentiable gmm
-// carries the dlhs and drhs kernels (DESIGN.md §8); each defaults to the target's heuristic for
-// its own problem. (A quantized Pallas module has the forward kernel only.)
-bool has_vjp_tilings(const KernelSpec& s) {
-  return s.target == TargetKind::kPallas && s.op == Op::kGmm && !codes::is_quantized(s.lhs) &&
-         !codes::is_quantized(s.rhs);
+// The VJP tilings belong to Pallas gmm modules whose differentiable gmm carries the backward
+// kernels (DESIGN.md §8): dlhs where lhs is a float (with quantized weights, frozen: dlhs only),
+// drhs where both operands are; each defaults to the target's heuristic for its own problem.
+bool has_dlhs_tiling(const KernelSpec& s) {
+  return s.target == TargetKind::kPallas && s.op == Op::kGmm && !codes::is_quantized(s.lhs);
+}
+bool has_drhs_tiling(const KernelSpec& s) {
+  return has_dlhs_tiling(s) && !codes::is_quantized(s.rhs);
 }
 void derive_dlhs_tiling(KernelSpec& s) {
   // dlhs = gmm(dout [M, N], rhs read transposed): contracts over N, writes K columns.
-  s.dlhs_tiling =
-      has_vjp_tilings(s) ? pallas_default_tiling(Op::kGmm, s.n, s.k, s.tpu) : Tiling{0, 0, 0};
+  s.dlhs_tiling = has_dlhs_tiling(s) ? pallas_dlhs_default_tiling(s) : Tiling{0, 0, 0};
 }
 void derive_drhs_tiling(KernelSpec& s) {
   // drhs = tgmm(lhs [M, K], dout [M, N]): a [K, N] product per group.
   s.drhs_tiling =
-      has_vjp_tilings(s) ? pallas_default_tiling(Op::kTgmm, s.k, s.n, s.tpu) : Tiling{0, 0, 0};
+      has_drhs_tiling(s) ? pallas_default_tiling(Op::kTgmm, s.k, s.n, s.tpu) : Tiling{0, 0, 0};
 }
 bool is_pallas(const KernelSpec& s) {
   return s.target == TargetKind::kPallas;
@@ -138,11 +139,11 @@ const std::array<SpecField, 21> kFields{{
     {"dlhs_tiling", "--dlhs-tiling", "TMxTKxTN (target=pallas, op=gmm)", "heuristic",
      "tiling of the differentiable gmm's dlhs kernel (contracts over N, K columns)", R::kTiling,
      "_", "dl", true, &tiling_codec, member_of<&KernelSpec::dlhs_tiling>, derive_dlhs_tiling, false,
-     has_vjp_tilings, "float op=gmm with target=pallas"},
+     has_dlhs_tiling, "op=gmm with target=pallas and a float lhs"},
     {"drhs_tiling", "--drhs-tiling", "TMxTKxTN (target=pallas, op=gmm)", "heuristic",
      "tiling of the differentiable gmm's drhs kernel (a tgmm: contracts over M)", R::kTiling, "_",
      "dr", true, &tiling_codec, member_of<&KernelSpec::drhs_tiling>, derive_drhs_tiling, false,
-     has_vjp_tilings, "float op=gmm with target=pallas"},
+     has_drhs_tiling, "float op=gmm with target=pallas"},
     {"transpose_rhs", "--transpose-rhs", "0, 1", "0",
      "gmm: rhs stored [G_local, N, K]; tgmm: out stored [G_local, N, K]", R::kProblem, "_", "tr",
      true, &bool_codec, member_of<&KernelSpec::transpose_rhs>, nullptr, false},

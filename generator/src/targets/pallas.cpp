@@ -28,6 +28,9 @@ struct ModuleKernel {
   std::string_view k_key, n_key;  // the spec keys of its contraction and output sizes
   std::string_view doc;
   KernelSpec spec;
+  // The rhs codes are dequantized in VMEM (decoded times the forward's scales, element by
+  // element) before an f32 product: the dlhs kernel of a module with quantized weights.
+  bool dequant = false;
 };
 
 // The kernels of a module. A gmm module's backward (DESIGN.md §1): dlhs = gmm(dout, rhs read
@@ -37,10 +40,6 @@ std::vector<ModuleKernel> module_kernels(const KernelSpec& s) {
   if (s.op == Op::kTgmm)
     return {{"_TGMM", "tgmm", "", "k", "n",
              "The kernel: out[j] = lhs[rows of g]^T @ rhs[rows of g].", s}};
-  if (quantized(s))
-    return {{"_GMM", "gmm", "", "k", "n",
-             "The forward kernel: out = (lhs codes x rhs codes) per group, scaled per k-block.",
-             s}};
   KernelSpec dlhs = s;
   dlhs.lhs = s.out;
   dlhs.out = s.lhs;
@@ -49,6 +48,16 @@ std::vector<ModuleKernel> module_kernels(const KernelSpec& s) {
   dlhs.tiling = s.dlhs_tiling;
   dlhs.transpose_rhs = !s.transpose_rhs;
   dlhs.out_mode = OutMode::kPlain;
+  if (codes::is_quantized(s.lhs))
+    return {{"_GMM", "gmm", "", "k", "n",
+             "The forward kernel: out = (lhs codes x rhs codes) per group, scaled per k-block.",
+             s}};
+  if (codes::is_quantized(s.rhs))  // frozen weights: dlhs only, through the codes in place
+    return {
+        {"_GMM", "gmm", "", "k", "n",
+         "The forward kernel: out = lhs x (rhs codes) per group, scaled per k-block.", s},
+        {"_DLHS", "dlhs", "dlhs_tiling", "n", "k",
+         "The backward's dlhs = gmm(dout, rhs dequantized in VMEM, read transposed).", dlhs, true}};
   KernelSpec drhs = s;
   drhs.op = Op::kTgmm;
   drhs.rhs = s.out;
@@ -107,7 +116,8 @@ void check_vmem(const ModuleKernel& mk) {
 // A module's public names (its __all__ and the manifest's exports).
 std::vector<std::string> exports(const KernelSpec& s) {
   if (s.op == Op::kTgmm) return {"tgmm", "tgmm_mk", "make_group_metadata"};
-  if (quantized(s)) return {"gmm", "make_group_metadata"};
+  if (codes::is_quantized(s.lhs)) return {"gmm", "make_group_metadata"};
+  if (codes::is_quantized(s.rhs)) return {"gmm", "differentiable_gmm", "make_group_metadata"};
   return {"gmm", "tgmm", "tgmm_mk", "differentiable_gmm", "make_group_metadata"};
 }
 
@@ -194,8 +204,16 @@ class PallasTarget final : public Target {
       check_block(mk, "tn", t.tn, mk.n_key, k.n, kTpuLanes * n_per,
                   n_per > 1 ? "tn / codes per byte is the minor dimension of the packed rhs blocks"
                             : "tn is a minor dimension of the out blocks");
+      // A dequantizing kernel reads the forward's scales in blocks of B along its output axis
+      // (K): an n-tile holds whole blocks.
+      const int64_t b = k.rhs_quant.kind == QuantKind::kBlock ? k.rhs_quant.block_k : 0;
+      if (mk.dequant && b && t.tn % b != 0 && t.tn < k.n)
+        throw SpecError(tile_text(mk, "tn", t.tn) + " must be a multiple of the scale block " +
+                        std::to_string(b) + " (rhs_quant=" + to_string(k.rhs_quant) +
+                        ") or cover k=" + std::to_string(k.n) +
+                        " (target=pallas: the dlhs kernel dequantizes the weights' blocks)");
       // Scales apply per k-block of the finest block scale: a k-tile holds whole blocks.
-      const int64_t sb = pallas_scale_block(k);
+      const int64_t sb = mk.dequant ? 0 : pallas_scale_block(k);
       if (sb && t.tk % sb != 0 && t.tk < k.k) {
         const bool lhs_sb = k.lhs_quant.kind == QuantKind::kBlock && k.lhs_quant.block_k == sb;
         throw SpecError(tile_text(mk, "tk", t.tk) + " must be a multiple of the scale block " +
@@ -231,6 +249,12 @@ class PallasTarget final : public Target {
     ctx.set("out_mode", std::string(to_string(s.out_mode)));
     ctx.set("tpu", std::string(to_string(s.tpu)));
     ctx.set("vjp", mu::data(gmm && !quantized(s)));
+    // Quantized weights with a float lhs: frozen weights, a VJP for lhs (the dlhs kernel).
+    ctx.set("frozen", mu::data(gmm && !codes::is_quantized(s.lhs) && codes::is_quantized(s.rhs)));
+    std::string tiling_py;  // every kernel's (tm, tk, tn), in the module's order
+    for (const ModuleKernel& mk : module_kernels(s))
+      tiling_py += (tiling_py.empty() ? "(" : ", ") + py_items(mk.spec.tiling);
+    ctx.set("tiling_py", tiling_py + ")");
     ctx.set("quant", mu::data(quantized(s)));
     ctx.set("lhs_quant", to_string(s.lhs_quant));
     ctx.set("rhs_quant", to_string(s.rhs_quant));
@@ -272,10 +296,7 @@ class PallasTarget final : public Target {
       ctx.set("tgmm_out_doc", "[G_local, " + kk + ", " + nn + "]");
       ctx.set("tgmm_existing_doc", std::string("None (the result is written, not added)"));
       ctx.set("lhs_km", false);
-      ctx.set("tiling_py", quantized(s)
-                               ? py_tuple(s.tiling)
-                               : "(" + py_items(s.tiling) + ", " + py_items(s.dlhs_tiling) + ", " +
-                                     py_items(s.drhs_tiling) + ")");
+
     } else {
       const bool acc = s.out_mode == OutMode::kAccumulate;
       ctx.set("out_mode_doc", acc ? std::string("The product is added to existing_out (gradient "
@@ -285,7 +306,6 @@ class PallasTarget final : public Target {
           acc ? std::string("required, out's shape: the product is added") : std::string("None");
       ctx.set("existing_doc", existing);
       ctx.set("tgmm_tiling_py", py_tuple(s.tiling));
-      ctx.set("tiling_py", py_tuple(s.tiling));
       ctx.set("tgmm_out_jnp", jnp_of(s.out));
       ctx.set("tgmm_var", std::string("_TGMM"));
       ctx.set("tgmm_out_doc", s.transpose_rhs ? "stored [G_local, " + nn + ", " + kk +
@@ -314,13 +334,14 @@ class PallasTarget final : public Target {
       e.set("transposed_py", py_bool(k.transpose_rhs));
       e.set("lhs_km_py", py_bool(k.op == Op::kTgmm && k.lhs_layout == LhsLayout::kKM));
       e.set("out_mode", std::string(to_string(k.out_mode)));
-      e.set("product", product_of(k));
+      e.set("product", mk.dequant ? std::string("f32") : product_of(k));
+      e.set("rhs_dequant_py", py_bool(mk.dequant));
       e.set("lhs_scales", scales_py(k.lhs_quant));
       e.set("lhs_block", std::to_string(k.lhs_quant.block_k));
       e.set("rhs_scales", scales_py(k.rhs_quant));
       e.set("rhs_block_k", std::to_string(k.rhs_quant.block_k));
       e.set("rhs_block_n", std::to_string(k.rhs_quant.block_n));
-      e.set("scale_block", std::to_string(pallas_scale_block(k)));
+      e.set("scale_block", std::to_string(mk.dequant ? 0 : pallas_scale_block(k)));
       e.set("lhs_per_byte", std::to_string(codes::elements_per_byte(k.lhs)));
       e.set("rhs_per_byte", std::to_string(codes::elements_per_byte(k.rhs)));
       e.set("lhs_levels", levels_py(k.lhs));
