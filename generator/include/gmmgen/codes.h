@@ -35,6 +35,11 @@ inline bool is_quantized(DType d) {
   return dtype_info(d).bits <= 8;
 }
 
+// Whether a spec has an operand of codes (a quantized kernel).
+inline bool any_quantized(const KernelSpec& s) {
+  return is_quantized(s.lhs) || is_quantized(s.rhs);
+}
+
 // fp8 e4m3 and e5m2: codes that are floating-point values of their own.
 inline bool is_fp8(DType d) {
   return is_quantized(d) && dtype_info(d).kind == DTypeKind::kFloat;

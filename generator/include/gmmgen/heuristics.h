@@ -186,6 +186,13 @@ Tiling pallas_default_tiling(const KernelSpec& s);
 // contracts over N, writes K columns); with quantized weights, whose codes it reads in place, its
 // tiles hold whole bytes of packed codes and whole scale blocks along K.
 Tiling pallas_dlhs_default_tiling(const KernelSpec& s);
+// Codes per byte along a Pallas gmm's K and N: sub-byte codes pack along their operand's minor
+// axis (lhs: K; rhs: N, or K when transposed), so blocks along it hold whole bytes.
+struct PackedAxes {
+  int64_t k = 1;
+  int64_t n = 1;
+};
+PackedAxes pallas_packed_axes(const KernelSpec& s);
 // The finest scale block along K of a quantized gmm (0: no block scales: one block, all of K).
 int64_t pallas_scale_block(const KernelSpec& s);
 // VMEM of a Pallas kernel (a spec of its own problem): its double-buffered blocks plus its f32

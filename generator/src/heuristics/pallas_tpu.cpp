@@ -48,19 +48,22 @@ int64_t pallas_scale_block(const KernelSpec& s) {
   return sb;
 }
 
+PackedAxes pallas_packed_axes(const KernelSpec& s) {
+  const int64_t lhs = codes::elements_per_byte(s.lhs), rhs = codes::elements_per_byte(s.rhs);
+  return {std::max(lhs, s.transpose_rhs ? rhs : 1), s.transpose_rhs ? 1 : rhs};
+}
+
 Tiling pallas_default_tiling(const KernelSpec& s) {
   Tiling t = pallas_default_tiling(s.op, s.k, s.n, s.tpu);
   if (s.op != Op::kGmm) return t;
   // Packed sub-byte codes: blocks of whole 128-lane tiles of bytes along their minor axis; a
   // k-tile of whole scale blocks.
-  const auto per = [](DType d) { return int64_t(bits_of(d) >= 8 ? 1 : 8 / bits_of(d)); };
-  const int64_t k_per = std::max(per(s.lhs), s.transpose_rhs ? per(s.rhs) : 1);
-  const int64_t n_per = s.transpose_rhs ? 1 : per(s.rhs);
+  const PackedAxes per = pallas_packed_axes(s);
   const int64_t sb = pallas_scale_block(s);
-  int64_t tk = std::max(t.tk, kTpuLanes * k_per);
+  int64_t tk = std::max(t.tk, kTpuLanes * per.k);
   if (sb) tk = (tk + sb - 1) / sb * sb;
   t.tk = std::min(tk, s.k);
-  t.tn = std::min(std::max(t.tn, kTpuLanes * n_per), s.n);
+  t.tn = std::min(std::max(t.tn, kTpuLanes * per.n), s.n);
   return t;
 }
 
@@ -99,7 +102,7 @@ int64_t pallas_vmem_bytes(const KernelSpec& s) {
     blocks = bytes(s.lhs, t.tm * t.tk) + bytes(s.rhs, t.tm * t.tn) +
              out_blocks * bytes(s.out, t.tk * t.tn);
   // A quantized gmm's scales, whole along the k-blocks: lhs [tm, blocks], rhs [blocks, tn].
-  if (codes::is_quantized(s.lhs) || codes::is_quantized(s.rhs)) {
+  if (codes::any_quantized(s)) {
     const int64_t sb = pallas_scale_block(s), nkb = sb ? (s.k + sb - 1) / sb : 1;
     blocks += 4 * nkb * (t.tm + t.tn);
   }

@@ -96,16 +96,13 @@ mu::data quant_context(const DTypeInfo& d, mu::data ctx) {
   return ctx;
 }
 
-bool quant_kernel(const KernelSpec& s) {
-  return codes::is_quantized(s.lhs) || codes::is_quantized(s.rhs);
-}
-
 // The dtype partials a kernel needs (f32 always for quantized kernels: codes decode to f32), once
 // each, after the shared helpers.
 std::string render_dtypes(const KernelSpec& s, Renderer& r, const mu::data& ctx) {
   std::string text = r.render("cpp/dtypes/common.inc", ctx);
   for (const auto& d : dtype_table())
-    if (s.lhs == d.id || s.rhs == d.id || s.out == d.id || (d.id == DType::kF32 && quant_kernel(s)))
+    if (s.lhs == d.id || s.rhs == d.id || s.out == d.id ||
+        (d.id == DType::kF32 && codes::any_quantized(s)))
       text += codes::is_quantized(d.id)
                   ? r.render("cpp/dtypes/quant.inc", quant_context(d, ctx))
                   : r.render("cpp/dtypes/" + std::string(d.name) + ".inc", ctx);
@@ -143,7 +140,7 @@ mu::data family_context(const KernelSpec& s, const IsaFamily& f, size_t index, s
   ctx.set("tiles_any", mu::data(tile_path(s, f) || tiles_q));
   ctx.set("qpairs", mu::data(qpairs));
   ctx.set("qint", mu::data(qint));
-  if (quant_kernel(s)) ctx.set("qdecode", r.render(f.qdecode, ctx));
+  if (codes::any_quantized(s)) ctx.set("qdecode", r.render(f.qdecode, ctx));
   ctx.set("scratch_bytes", std::to_string(scratch_bytes(s, f)));
   ctx.set("tgmm_in_place", f.tgmm_in_place ? "true" : "false");
   // isa=native: one family per branch of an #if chain on the compiler's flags, best first.
@@ -257,7 +254,7 @@ class CppTarget final : public Target {
     ctx.set("out_traits", std::string(dtype_info(s.out).traits));
     ctx.set("scratch_bytes", std::to_string(scratch_bytes(s)));
     // Quantized operands (DESIGN §7): scale schemes as GMMGEN_QUANT_* codes and block sizes.
-    const bool quant = codes::is_quantized(s.lhs) || codes::is_quantized(s.rhs);
+    const bool quant = codes::any_quantized(s);
     ctx.set("quant", mu::data(quant));
     ctx.set("quant_cpp", quant ? "true" : "false");
     ctx.set("int_product", is_integer(s.lhs) && is_integer(s.rhs) ? "true" : "false");
@@ -280,7 +277,7 @@ class CppTarget final : public Target {
     for (const auto& d : dtype_table())
       ctx.set("uses_" + std::string(d.name),
               mu::data(s.lhs == d.id || s.rhs == d.id || s.out == d.id ||
-                       (d.id == DType::kF32 && quant_kernel(s))));
+                       (d.id == DType::kF32 && codes::any_quantized(s))));
     ctx.set("dtypes", render_dtypes(s, r, ctx));
     ctx.set("families", families_context(s, r, ctx));
     r.file(kAbiHeader);  // the source includes it: part of what the kernel is made of

@@ -15,10 +15,6 @@
 namespace gmmgen {
 namespace {
 
-bool quantized(const KernelSpec& s) {
-  return codes::is_quantized(s.lhs) || codes::is_quantized(s.rhs);
-}
-
 // One pallas_call of a module, as a spec of its own problem (its cost model and block rule are
 // the spec's).
 struct ModuleKernel {
@@ -193,16 +189,13 @@ class PallasTarget final : public Target {
                      : "tm is a second-minor block dimension, and M is a run-time value");
       // Sub-byte codes pack along their operand's minor dimension: its blocks hold whole bytes
       // of whole 128-lane tiles.
-      const int lhs_per = codes::elements_per_byte(k.lhs),
-                rhs_per = codes::elements_per_byte(k.rhs);
-      const int k_per = std::max(lhs_per, k.transpose_rhs ? rhs_per : 1);
-      const int n_per = k.transpose_rhs ? 1 : rhs_per;
-      check_block(mk, "tk", t.tk, mk.k_key, k.k, kTpuLanes * k_per,
-                  k_per > 1 ? "tk / codes per byte is the minor dimension of the packed blocks"
+      const PackedAxes per = pallas_packed_axes(k);
+      check_block(mk, "tk", t.tk, mk.k_key, k.k, kTpuLanes * per.k,
+                  per.k > 1 ? "tk / codes per byte is the minor dimension of the packed blocks"
                   : k.op == Op::kGmm ? "tk is the minor dimension of the lhs blocks"
                                      : "tk is a minor dimension of the lhs or out blocks");
-      check_block(mk, "tn", t.tn, mk.n_key, k.n, kTpuLanes * n_per,
-                  n_per > 1 ? "tn / codes per byte is the minor dimension of the packed rhs blocks"
+      check_block(mk, "tn", t.tn, mk.n_key, k.n, kTpuLanes * per.n,
+                  per.n > 1 ? "tn / codes per byte is the minor dimension of the packed rhs blocks"
                             : "tn is a minor dimension of the out blocks");
       // A dequantizing kernel reads the forward's scales in blocks of B along its output axis
       // (K): an n-tile holds whole blocks.
@@ -248,14 +241,14 @@ class PallasTarget final : public Target {
     ctx.set("lhs_layout", std::string(to_string(s.lhs_layout)));
     ctx.set("out_mode", std::string(to_string(s.out_mode)));
     ctx.set("tpu", std::string(to_string(s.tpu)));
-    ctx.set("vjp", mu::data(gmm && !quantized(s)));
+    ctx.set("vjp", mu::data(gmm && !codes::any_quantized(s)));
     // Quantized weights with a float lhs: frozen weights, a VJP for lhs (the dlhs kernel).
     ctx.set("frozen", mu::data(gmm && !codes::is_quantized(s.lhs) && codes::is_quantized(s.rhs)));
     std::string tiling_py;  // every kernel's (tm, tk, tn), in the module's order
     for (const ModuleKernel& mk : module_kernels(s))
       tiling_py += (tiling_py.empty() ? "(" : ", ") + py_items(mk.spec.tiling);
     ctx.set("tiling_py", tiling_py + ")");
-    ctx.set("quant", mu::data(quantized(s)));
+    ctx.set("quant", mu::data(codes::any_quantized(s)));
     ctx.set("lhs_quant", to_string(s.lhs_quant));
     ctx.set("rhs_quant", to_string(s.rhs_quant));
     const auto codes_doc = [](DType d, const Quant& q) {
