@@ -60,8 +60,11 @@ elseif(STEP STREQUAL "CFindPackageInstalled")
 elseif(STEP STREQUAL "SingleUnitNeedsOneSetOfIsaFlags")
   # SINGLE_UNIT on the C consumer's bundle, which mixes isa=native (-march=native) with a
   # generic kernel (no flags): a configure error naming the entry and both families.
-  fresh_copy(build-c-single c)
-  execute_process(COMMAND ${CMAKE_COMMAND} -S "${WORK}/src/c" -B "${WORK}/build-c-single"
+  # A copy of its own: ctest may run Consumers.TouchedSpecRecompilesNothing, which touches and
+  # builds the shared copy in src/, at the same time.
+  file(REMOVE_RECURSE "${WORK}/src-single" "${WORK}/build-c-single")
+  file(COPY "${SOURCE}/c" DESTINATION "${WORK}/src-single")
+  execute_process(COMMAND ${CMAKE_COMMAND} -S "${WORK}/src-single/c" -B "${WORK}/build-c-single"
                           -G "${GENERATOR}" "-DCMAKE_PREFIX_PATH=${prefix}"
                           -DC_CONSUMER_SINGLE_UNIT=ON
                   RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE out)
