@@ -449,6 +449,163 @@ def check_frozen_vjp(mod, case, ctx, args, out, x, w, where):
     return ok
 
 
+QMAX = {"i8": 127.0, "f8e4m3": 448.0, "f8e5m2": 57344.0}
+MANTISSA_BITS = {"f8e4m3": (3, -6), "f8e5m2": (2, -14)}  # and the smallest normal exponent
+
+
+def check_quantized(ctx, what, a, codes, scales, dtype, blocks):
+    """The module's absmax quantization of a (float64) against the spec: every scale within 2
+    ulps (f32) of max|block| / qmax (1 for a block of zeros), every code a / scale rounded to
+    one of its two nearest codes and within half a step of it (the division may round
+    differently on each platform, so a tie may go either way), saturating. Returns the values
+    (float64) of codes times scales."""
+    np, jnp = ctx.np, ctx.jnp
+    sizes = [b or n for n, b in zip(a.shape, blocks)]
+    pad = [(0, -(-n // b) * b - n) for n, b in zip(a.shape, sizes)]
+    shape = [d for n, b in zip(a.shape, sizes) for d in (-(-n // b), b)]
+    amax = np.abs(np.pad(a, pad).reshape(shape)).max(axis=tuple(range(1, 2 * a.ndim, 2)))
+    want = np.where(amax > 0, amax / QMAX[dtype], 1.0)
+    s = np.asarray(scales, dtype=np.float64).reshape(want.shape)
+    ok = ctx.checker.compare(f"{what} scales", s, want, 2 * U * want, np.zeros(want.shape, bool))
+    for axis, b in enumerate(sizes):
+        s = np.repeat(s, b, axis=axis)
+    s = s[tuple(slice(0, n) for n in a.shape)]
+    q = np.clip(a / s, -QMAX[dtype], QMAX[dtype])
+    if dtype == "i8":
+        step = np.ones(q.shape)
+    else:
+        bits, emin = MANTISSA_BITS[dtype]
+        e = np.floor(np.log2(np.maximum(np.abs(q), 2.0**emin)))
+        step = np.exp2(e - bits)
+    c = np.asarray(jnp.asarray(codes).astype(jnp.float32), dtype=np.float64)
+    ok &= ctx.checker.compare(f"{what} codes", c, q, 0.5 * step * (1 + 2.0**-16),
+                              np.zeros(q.shape, bool))
+    return c * s if ok else None
+
+
+def check_training_vjp(mod, case, ctx, where):
+    """differentiable_gmm of a module that quantizes float operands (training): the forward
+    against the float64 product of the operands quantized here by the spec's absmax quantizer
+    (rows outside the active groups as zeros), and the VJP against the dequantized operands'
+    (straight-through): for fp8 block scales on both sides, dout quantized to e5m2 (rows in
+    blocks of the weights' N-block, columns in blocks of lhs's block of global rows), dlhs =
+    dout's rows x the weights^T, drhs = lhs's columns^T x dout's columns; otherwise dlhs = dout x
+    the weights^T, drhs = lhs^T x dout, all dequantized. Each also within a loose distance of
+    the float VJP (quantization error, not a wrong scale)."""
+    np, jnp, jax, chk = ctx.np, ctx.jnp, ctx.jax, ctx.checker
+    f = spec_fields(mod)
+    K, N, GL = mod.K, mod.N, mod.G_LOCAL
+    m, sizes, go = case.m, case.sizes, case.offset
+    offs = group_rows(sizes)
+    lo, hi = offs[go], offs[go + GL]
+    rng = np.random.default_rng(ctx.seed_for(case) + 2)
+    transposed = mod.TRANSPOSE_RHS
+    x = jnp.asarray(rng.normal(0, 1, size=(m, K)).astype(np.float32))  # lhs in f32
+    w = jnp.asarray(rng.normal(0, 0.5, size=(GL, N, K) if transposed else (GL, K, N)).astype(
+        np.float32)).astype(jnp.bfloat16)  # rhs in bf16
+    dout = jnp.asarray(rng.normal(0, 1, size=(m, N)).astype(np.float32)).astype(mod.OUT_DTYPE)
+    x64 = np.asarray(x, dtype=np.float64)
+    w64 = np.asarray(w.astype(jnp.float32), dtype=np.float64)
+    d64 = np.asarray(dout.astype(jnp.float32), dtype=np.float64)
+    x64[:lo], x64[hi:], d64[:lo], d64[hi:] = np.nan, np.nan, np.nan, np.nan  # never read
+    x = jnp.asarray(x64.astype(np.float32))
+    dout = jnp.asarray(d64.astype(np.float32)).astype(mod.OUT_DTYPE)
+    active = np.zeros((m, 1), dtype=bool)
+    active[lo:hi] = True
+    xz, dz = np.where(active, x64, 0.0), np.where(active, d64, 0.0)
+
+    def blocks(scheme, rhs):
+        if scheme == "tensor":
+            return (0, 0, 0) if rhs else (0, 0)
+        if scheme == "channel":
+            return ((1, 1, 0) if transposed else (1, 0, 1)) if rhs else (1, 0)
+        bk, _, bn = scheme[len("block:"):].partition("x")
+        bk, bn = int(bk), int(bn or 1)
+        return ((1, bn, bk) if transposed else (1, bk, bn)) if rhs else (1, bk)
+    # The module's quantizer, checked against the spec; the references use its codes.
+    gs = jnp.asarray(np.array(sizes, dtype=np.int32))
+    xq = check_quantized(ctx, f"{where} quantize_lhs", xz, *mod.quantize_lhs(x, gs, go),
+                         f["lhs"], blocks(f["lhs_quant"], False))
+    wq = check_quantized(ctx, f"{where} quantize_rhs", w64, *mod.quantize_rhs(w), f["rhs"],
+                         blocks(f["rhs_quant"], True))
+    if xq is None or wq is None:
+        return False
+    if transposed:
+        wq, w64 = wq.swapaxes(1, 2), w64.swapaxes(1, 2)  # [GL, K, N]
+    existing = None
+    if mod.OUT_MODE != "plain":
+        existing = jnp.asarray(rng.uniform(-1, 1, size=(m, N)).astype(np.float32)).astype(
+            mod.OUT_DTYPE)
+
+    def fn(a, b, *e):
+        return mod.differentiable_gmm(a, b, gs, preferred_element_type=mod.OUT_DTYPE,
+                                      group_offset=go, existing_out=e[0] if e else None,
+                                      interpret=ctx.interpret)
+    primals = (x, w) if existing is None else (x, w, existing)
+    out, vjp = jax.vjp(fn, *primals)
+    dx, dw, *dexisting = vjp(dout)
+    fp8_blocks = (f["lhs"] in FLOAT_CODES and f["rhs"] in FLOAT_CODES and
+                  f["lhs_quant"].startswith("block:") and "x" in f["rhs_quant"])
+    if fp8_blocks:  # the module's own quantizer (checked above) on dout and lhs's columns
+        bn = int(f["rhs_quant"].partition("x")[2])
+        b = int(f["lhs_quant"][len("block:"):])
+        dzj, xzj = jnp.asarray(dz.astype(np.float32)), jnp.asarray(xz.astype(np.float32))
+        d_rows = check_quantized(ctx, f"{where} dout rows", dz,
+                                 *mod._quantize(dzj, jnp.float8_e5m2, (1, bn)), "f8e5m2", (1, bn))
+        d_cols = check_quantized(ctx, f"{where} dout columns", dz,
+                                 *mod._quantize(dzj, jnp.float8_e5m2, (b, 1)), "f8e5m2", (b, 1))
+        x_cols = check_quantized(ctx, f"{where} lhs columns", xz,
+                                 *mod._quantize(xzj, mod.LHS_DTYPE, (b, 1)), f["lhs"], (b, 1))
+        if d_rows is None or d_cols is None or x_cols is None:
+            return False
+    else:
+        d_rows, d_cols, x_cols = dz, dz, xq
+    e64 = (np.zeros((m, N)) if existing is None else
+           np.asarray(existing.astype(jnp.float32), dtype=np.float64))
+    acc = mod.OUT_MODE == "accumulate"
+    y_ref, y_abs = np.zeros((m, N)), np.zeros((m, N))
+    dx_ref, dx_abs, dx_float = np.zeros((m, K)), np.zeros((m, K)), np.zeros((m, K))
+    dw_ref, dw_abs, dw_float = np.zeros((GL, K, N)), np.zeros((GL, K, N)), np.zeros((GL, K, N))
+    terms = np.zeros((GL, 1, 1))
+    for j in range(GL):
+        r0, r1 = offs[go + j], offs[go + j + 1]
+        y_ref[r0:r1] = xq[r0:r1] @ wq[j] + (e64[r0:r1] if acc else 0)
+        y_abs[r0:r1] = np.abs(xq[r0:r1]) @ np.abs(wq[j]) + (np.abs(e64[r0:r1]) if acc else 0)
+        dx_ref[r0:r1] = d_rows[r0:r1] @ wq[j].T
+        dx_abs[r0:r1] = np.abs(d_rows[r0:r1]) @ np.abs(wq[j].T)
+        dx_float[r0:r1] = dz[r0:r1] @ w64[j].T
+        dw_ref[j], dw_abs[j] = x_cols[r0:r1].T @ d_cols[r0:r1], np.abs(x_cols[r0:r1].T) @ np.abs(
+            d_cols[r0:r1])
+        dw_float[j] = xz[r0:r1].T @ dz[r0:r1]
+        terms[j] = r1 - r0
+    y_ref = np.where(active, y_ref, e64)  # rows outside the active groups: zero or existing_out
+    ok = chk.compare(f"{where} differentiable_gmm (float operands)", out, y_ref,
+                     chk.unit(mod.OUT_DTYPE) * np.abs(y_ref) + (K + 2) * U * y_abs, ~active)
+    ok &= chk.compare(f"{where} dlhs (quantized training)", dx, dx_ref,
+                      chk.unit(jnp.float32) * np.abs(dx_ref) + (N + 2) * U * dx_abs, ~active)
+    if transposed:
+        dw_ref, dw_abs, dw_float = (a.swapaxes(1, 2) for a in (dw_ref, dw_abs, dw_float))
+        terms = terms.swapaxes(1, 2)
+    empty = np.zeros(dw_ref.shape, dtype=bool)
+    for j in range(GL):
+        empty[j] = sizes[go + j] == 0
+    ok &= chk.compare(f"{where} drhs (quantized training)", dw, dw_ref,
+                      chk.unit(jnp.bfloat16) * np.abs(dw_ref) + (terms + 2) * U * dw_abs, empty)
+    if mod.OUT_MODE != "plain":
+        want = d64 if acc else np.where(active, 0.0, d64)
+        ok &= chk.compare(f"{where} d existing_out", dexisting[0], want, 0.0,
+                          np.ones((m, 1), dtype=bool))
+    # Quantization error, not a wrong scale: within 25% (Frobenius) of the float VJP.
+    for name, got, ref in (("dlhs", dx, dx_float), ("drhs", dw, dw_float)):
+        got64 = np.asarray(jnp.asarray(got).astype(jnp.float32), dtype=np.float64)
+        norm = np.linalg.norm(ref)
+        if norm > 0 and np.linalg.norm(got64 - ref) > 0.25 * norm:
+            chk.failures.append(f"{where} {name}: {np.linalg.norm(got64 - ref) / norm:.3f} of "
+                                f"the float VJP's norm away from it (allowed 0.25)")
+            ok = False
+    return ok
+
+
 def check_qgmm_module(mod, case, ctx):
     """A quantized gmm: codes and scales drawn at random (scales 2^[-3, 3]; those the call does
     not read poisoned with NaN, as are float lhs values outside the active groups), against the
@@ -512,7 +669,9 @@ def check_qgmm_module(mod, case, ctx):
                   existing_out=existing, interpret=ctx.interpret, lhs_scales=lhs_s,
                   rhs_scales=rhs_s)
     ok = chk.compare(f"{where} gmm", out, ref, bound, exact)
-    if ok and hasattr(mod, "differentiable_gmm"):
+    if ok and hasattr(mod, "quantize_lhs"):
+        ok = check_training_vjp(mod, case, ctx, where)
+    elif ok and hasattr(mod, "differentiable_gmm"):
         ok = check_frozen_vjp(mod, case, ctx, (lhs, rhs, gs, existing, rhs_s), out, x, w, where)
     if m == 0 or not ctx.ragged or not ok:
         return ok
@@ -529,6 +688,81 @@ def check_qgmm_module(mod, case, ctx):
     got = np.asarray(jnp.asarray(out).astype(jnp.float32), dtype=np.float64)
     return chk.compare(f"{where} gmm vs ragged_dot", np.where(active, got, 0.0),
                        np.where(active, y64, 0.0), 2 * bound, ~active)
+
+
+def tgmm_scale_layout(np, scheme, m, width):
+    """The shape of a tgmm operand's scales (tensor [1], channel [width], block:B [ceil(M/B),
+    width] over global rows) and a function that expands them to a scale per element [m, width]."""
+    if scheme == "tensor":
+        return (1,), (lambda s: np.full((m, width), s[0]))
+    if scheme == "channel":
+        return (width,), (lambda s: np.broadcast_to(s[None, :], (m, width)))
+    b = int(scheme[len("block:"):])
+    return (-(-m // b), width), (lambda s: np.repeat(s, b, axis=0)[:m])
+
+
+def check_qtgmm_module(mod, case, ctx):
+    """A quantized tgmm: codes and scales drawn at random (scales 2^[-3, 3]; the blocks of rows
+    without an active row poisoned with NaN, as are fp8 codes outside the active groups), against
+    the float64 product of the dequantized operands, per group, whose scale blocks run over
+    global rows."""
+    np, jnp, chk = ctx.np, ctx.jnp, ctx.checker
+    f = spec_fields(mod)
+    K, N, GL = mod.K, mod.N, mod.G_LOCAL
+    m, sizes, go = case.m, case.sizes, case.offset
+    offs = group_rows(sizes)
+    lo, hi = offs[go], offs[go + GL]
+    rng = np.random.default_rng(ctx.seed_for(case))
+    operands = []
+    for side, width in (("lhs", K), ("rhs", N)):
+        codes, v = random_codes(np, jnp, rng, f[side], (m, width))
+        if f[side] in FLOAT_CODES:  # rows no kernel may read
+            v[:lo], v[hi:] = np.nan, np.nan
+            codes = jnp.asarray(v.astype(np.float32)).astype(codes.dtype)
+        scheme = f[f"{side}_quant"]
+        shape, expand = tgmm_scale_layout(np, scheme, m, width)
+        s = np.exp2(rng.integers(-3, 4, size=shape)) * rng.uniform(1, 2, size=shape)
+        s = s.astype(np.float32).astype(np.float64)
+        if scheme.startswith("block:"):
+            b = int(scheme[len("block:"):])
+            for blk in range(shape[0]):  # blocks without an active row: not read
+                if blk * b >= hi or (blk + 1) * b <= lo:
+                    s[blk] = np.nan
+        scales = jnp.asarray(s.astype(np.float32))
+        operands.append((codes, v * (expand(s) if m else np.zeros((0, width))), scales))
+    (lhs, x, lhs_s), (rhs, y, rhs_s) = operands
+    out_t = mod.OUT_DTYPE
+    oshape = (GL, N, K) if mod.TRANSPOSE_RHS else (GL, K, N)
+    existing64, existing = None, None
+    if mod.OUT_MODE == "accumulate":
+        e = jnp.asarray(rng.uniform(-1, 1, size=oshape).astype(np.float32)).astype(out_t)
+        existing64, existing = np.asarray(e.astype(jnp.float32), dtype=np.float64), e
+    ref, ref_abs, terms = np.zeros((GL, K, N)), np.zeros((GL, K, N)), np.zeros((GL, 1, 1))
+    for j in range(GL):
+        r0, r1 = offs[go + j], offs[go + j + 1]
+        ref[j], ref_abs[j] = x[r0:r1].T @ y[r0:r1], np.abs(x[r0:r1].T) @ np.abs(y[r0:r1])
+        terms[j] = r1 - r0
+    if mod.TRANSPOSE_RHS:
+        ref, ref_abs, terms = ref.swapaxes(1, 2), ref_abs.swapaxes(1, 2), terms.swapaxes(1, 2)
+    if existing64 is not None:
+        ref, ref_abs = ref + existing64, ref_abs + np.abs(existing64)
+    bound = chk.unit(out_t) * np.abs(ref) + (terms + 2) * U * ref_abs
+    empty = np.zeros(ref.shape, dtype=bool)
+    if existing64 is None:
+        for j in range(GL):
+            empty[j] = sizes[go + j] == 0
+    gs = jnp.asarray(np.array(sizes, dtype=np.int32))
+    where = f"{mod.NAME} [{case.label}, M={m}]"
+    entries = [("tgmm", jnp.swapaxes(lhs, 0, 1)), ("tgmm_mk", lhs)]
+    if mod.LHS_LAYOUT != "km":
+        entries.reverse()
+    ok = True
+    for name, arg in entries[:1 if ctx.quick else 2]:
+        out = getattr(mod, name)(arg, rhs, gs, preferred_element_type=out_t, group_offset=go,
+                                 existing_out=existing, interpret=ctx.interpret,
+                                 lhs_scales=lhs_s, rhs_scales=rhs_s)
+        ok &= chk.compare(f"{where} {name}", out, ref, bound, empty)
+    return ok
 
 
 # ---- tgmm modules -----------------------------------------------------------------------------
@@ -864,8 +1098,8 @@ def main(argv):
             quantized = any(spec_fields(mod)[p] not in ("f32", "bf16") for p in ("lhs", "rhs"))
             if quantized:
                 covers.append(f"{spec_fields(mod)['lhs_quant']} x {spec_fields(mod)['rhs_quant']}")
-            check = (check_qgmm_module if quantized else
-                     check_gmm_module if mod.OP == "gmm" else check_tgmm_module)
+            check = ((check_qgmm_module if mod.OP == "gmm" else check_qtgmm_module) if quantized
+                     else check_gmm_module if mod.OP == "gmm" else check_tgmm_module)
             ctx.seed_for = lambda case, base=args.seed: zlib.crc32(
                 f"{base} {mod.NAME} {case.label} {case.m}".encode())
             ok = True

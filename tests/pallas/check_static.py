@@ -9,8 +9,11 @@ manifest lists: the file compiles (py_compile, bytecode kept out of DIR); it imp
 jax.numpy, jax.experimental.pallas (and .tpu) and the standard library; it defines
 make_group_metadata, gmm, tgmm, tgmm_mk and differentiable_gmm (tgmm modules:
 make_group_metadata, tgmm and tgmm_mk; quantized gmm modules: make_group_metadata and gmm, and
-with a float lhs differentiable_gmm, whose parameters end with lhs_scales and rhs_scales) with megablox's parameters in megablox's order
-and megablox's defaults (preferred_element_type=jnp.float32); every pl.pallas_call passes a
+with a float lhs differentiable_gmm, with whole-byte codes on both sides differentiable_gmm (of
+float operands: megablox's parameters), quantize_lhs and quantize_rhs; quantized tgmm modules:
+make_group_metadata, tgmm and tgmm_mk; the gmm and tgmm of quantized modules have lhs_scales and
+rhs_scales last) with megablox's
+parameters in megablox's order and megablox's defaults (preferred_element_type=jnp.float32); every pl.pallas_call passes a
 cost_estimate; NAME, SPEC and HASH agree with the manifest. Exit status 0 or 1.
 """
 import ast
@@ -35,11 +38,11 @@ SIGNATURES = {
     "make_group_metadata": ([], ["group_sizes", "m", "tm", "start_group", "num_nonzero_groups",
                                  "visit_empty_groups"]),
 }
-# A quantized gmm module's gmm (and differentiable_gmm, for frozen quantized weights): megablox's
-# parameters, then the codes' scales.
+# A quantized module's gmm (and differentiable_gmm, for frozen quantized weights) or tgmm and
+# tgmm_mk: megablox's parameters, then the codes' scales.
 QUANT_SIGNATURES = dict(SIGNATURES, **{
     name: (SIGNATURES[name][0] + ["lhs_scales", "rhs_scales"], [])
-    for name in ("gmm", "differentiable_gmm")})
+    for name in ("gmm", "differentiable_gmm", "tgmm", "tgmm_mk")})
 # Parameters with these defaults (the others' defaults are the module's baked values).
 DEFAULTS = {"group_offset": None, "existing_out": None, "num_actual_groups": None,
             "interpret": False, "visit_empty_groups": True, "lhs_scales": None,
@@ -49,8 +52,13 @@ DTYPE_DEFAULTS = {"preferred_element_type": "jnp.float32"}
 EXPORTS = {"gmm": ["gmm", "tgmm", "tgmm_mk", "differentiable_gmm", "make_group_metadata"],
            "tgmm": ["tgmm", "tgmm_mk", "make_group_metadata"],
            "quantized gmm": ["gmm", "make_group_metadata"],
+           "quantized tgmm": ["tgmm", "tgmm_mk", "make_group_metadata"],
+           "quantized training gmm": ["gmm", "differentiable_gmm", "quantize_lhs",
+                                      "quantize_rhs", "make_group_metadata"],
            "frozen-weight gmm": ["gmm", "differentiable_gmm", "make_group_metadata"]}
 FLOAT_DTYPES = ("f32", "bf16")
+# Codes a module quantizes float operands to (training: differentiable_gmm of float operands).
+WHOLE_BYTE_CODES = ("i8", "f8e4m3", "f8e5m2")
 ALLOWED_IMPORTS = {"jax", "jax.numpy", "jax.lax", "jax.experimental.pallas",
                    "jax.experimental.pallas.tpu", "dataclasses", "functools", "re", "typing"}
 
@@ -117,14 +125,19 @@ def check_module(path, entry):
     if op not in EXPORTS:
         return problems + [f"OP = {op!r} is not gmm or tgmm"]
     spec = entry["spec_json"]
-    quantized = op == "gmm" and (spec["lhs"] not in FLOAT_DTYPES or spec["rhs"] not in FLOAT_DTYPES)
-    kind = op if not quantized else "quantized gmm" if spec["lhs"] not in FLOAT_DTYPES else \
+    quantized = spec["lhs"] not in FLOAT_DTYPES or spec["rhs"] not in FLOAT_DTYPES
+    kind = op if not quantized else f"quantized {op}" if spec["lhs"] not in FLOAT_DTYPES else \
         "frozen-weight gmm"
+    if kind == "quantized gmm" and spec["lhs"] in WHOLE_BYTE_CODES and \
+            spec["rhs"] in WHOLE_BYTE_CODES:
+        kind = "quantized training gmm"
     signatures = QUANT_SIGNATURES if quantized else SIGNATURES
+    if kind == "quantized training gmm":  # differentiable_gmm takes megablox's float operands
+        signatures = dict(QUANT_SIGNATURES, differentiable_gmm=SIGNATURES["differentiable_gmm"])
     for name in EXPORTS[kind]:
         if name not in functions:
             problems.append(f"does not define {name}")
-        else:
+        elif name in signatures:
             problems += check_function(functions[name], name, signatures)
     if constants.get("__all__") != EXPORTS[kind]:
         problems.append(f"__all__ = {constants.get('__all__')}, expected {EXPORTS[kind]}")
@@ -133,8 +146,9 @@ def check_module(path, entry):
         if constants.get(key) != value:
             problems.append(f"{key} = {constants.get(key)!r}, the manifest says {value!r}")
     tiling = constants.get("TILING")
-    # gmm modules: the forward's tiles, then dlhs's and drhs's (float) or dlhs's (frozen weights)
-    size = {"gmm": 9, "frozen-weight gmm": 6}.get(kind, 3)
+    # gmm modules: the forward's tiles, then dlhs's and drhs's (float, training) or dlhs's
+    # (frozen weights)
+    size = {"gmm": 9, "frozen-weight gmm": 6, "quantized training gmm": 9}.get(kind, 3)
     if not (isinstance(tiling, tuple) and len(tiling) == size):
         problems.append(f"TILING = {tiling!r} is not a {size}-tuple")
     return problems

@@ -181,9 +181,21 @@ def check_pair(np, jnp, rng, mod, kernel, interpret):
             exact = np.ones((m, 1), dtype=bool)
             exact[lo:hi] = False
             a, b = x, w
+        elif fields["lhs"] not in ("f32", "bf16"):  # quantized tgmm: codes [M, K], [M, N]
+            operands = []
+            for i, (side, width) in enumerate((("lhs", K), ("rhs", N))):
+                codes, v = check_pallas.random_codes(np, jnp, rng, fields[side], (m, width))
+                shape, expand = check_pallas.tgmm_scale_layout(np, fields[side + "_quant"], m,
+                                                               width)
+                s = (np.exp2(rng.integers(-3, 4, size=shape)) *
+                     rng.uniform(1, 2, size=shape)).astype(np.float32)
+                scales[i] = s
+                operands += [codes, v * expand(s.astype(np.float64))]
+            x, x64, y, y64 = operands
         else:
             x, x64 = draw((m, K), lhs_t)  # [M, K]; the kernels may read it as [K, M]
             y, y64 = draw((m, N), rhs_t)
+        if mod.OP == "tgmm":
             out_shape = (GL, N, K) if mod.TRANSPOSE_RHS else (GL, K, N)
             ref, ref_abs = np.zeros((GL, K, N)), np.zeros((GL, K, N))
             for j in range(GL):
@@ -204,16 +216,16 @@ def check_pair(np, jnp, rng, mod, kernel, interpret):
                 ref = np.where(exact, e64, ref)
         gs = jnp.asarray(sizes)
         go = jnp.int32(offset)
+        quant = {} if all(s is None for s in scales) else {
+            "lhs_scales": None if scales[0] is None else jnp.asarray(scales[0]),
+            "rhs_scales": None if scales[1] is None else jnp.asarray(scales[1])}
         if mod.OP == "gmm":
-            quant = {} if all(s is None for s in scales) else {
-                "lhs_scales": None if scales[0] is None else jnp.asarray(scales[0]),
-                "rhs_scales": None if scales[1] is None else jnp.asarray(scales[1])}
             got_pallas = mod.gmm(a, b, gs, preferred_element_type=out_t, group_offset=go,
                                  existing_out=existing, interpret=interpret, **quant)
         else:
             entry = mod.tgmm if mod.LHS_LAYOUT == "km" else mod.tgmm_mk
             got_pallas = entry(a, b, gs, preferred_element_type=out_t, group_offset=go,
-                               existing_out=existing, interpret=interpret)
+                               existing_out=existing, interpret=interpret, **quant)
         out = np.full(out_shape, np.nan, dtype=np.asarray(jnp.zeros((), out_t)).dtype)
         keep = [raw(a), raw(b), raw(sizes)] + ([raw(existing)] if existing is not None else [])
         c_args = Args(abi_version=4, m=m, lhs=keep[0].ctypes.data, rhs=keep[1].ctypes.data,

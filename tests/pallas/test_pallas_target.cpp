@@ -64,10 +64,15 @@ TEST(PallasSpec, ValidationNamesParameterAndRule) {
       {"k=256,n=256,g=4,tpu=v7,target=pallas", "tpu=v7 is not one of: any, v4, v5e, v5p, v6e"},
       {"k=256,n=256,g=4,lhs=f16,target=pallas", "not supported yet for target=pallas: lhs=f16"},
       {"k=256,n=256,g=4,out=f16,target=pallas", "not supported yet for target=pallas: out=f16"},
-      {"op=tgmm,k=256,n=256,g=4,lhs=f8e4m3,rhs=f8e5m2,lhs_quant=block:128,rhs_quant=block:128,"
+      {"op=tgmm,k=256,n=256,g=4,lhs=i4,rhs=i4,lhs_quant=block:128,rhs_quant=block:128,"
        "target=pallas",
-       "not supported yet for target=pallas: op=tgmm with lhs=f8e4m3 (the quantized Pallas "
-       "kernel is gmm's forward)"},
+       "not supported yet for target=pallas: op=tgmm with lhs=i4 (the Pallas tgmm reads codes "
+       "of whole bytes: f8e4m3, f8e5m2, i8)"},
+      // A quantized tgmm's m-tile holds whole scale blocks of rows, or lies inside one.
+      {"op=tgmm,k=256,n=256,g=4,lhs=i8,rhs=i8,lhs_quant=block:32,rhs_quant=channel,tm=24,"
+       "target=pallas",
+       "tm=24 must be a multiple or a divisor of the scale block 32 (target=pallas: a tgmm "
+       "m-tile holds whole blocks of rows or lies in one)"},
       {"k=256,n=256,g=4,rhs=f16,target=pallas", "not supported yet for target=pallas: rhs=f16"},
       // Packed codes: blocks of whole bytes of 128-lane tiles; k-tiles of whole scale blocks.
       {"k=512,n=512,g=4,rhs=nf4,rhs_quant=block:64,tn=128,target=pallas",
@@ -81,12 +86,18 @@ TEST(PallasSpec, ValidationNamesParameterAndRule) {
        "tk=128 must be a multiple of the scale block 256 (lhs_quant=block:256) or cover k=512 "
        "(target=pallas applies the scales once per block of a k-tile)"},
       // Frozen quantized weights: a dlhs kernel (dequantizing whole scale blocks along K), no
-      // drhs; a quantized lhs: no VJP.
+      // drhs; a quantized lhs of sub-byte codes: no VJP; fp8 blocks for training: the dlhs
+      // kernel's k-tiles (over N) hold whole blocks of dout's codes.
       {"k=256,n=256,g=4,rhs=i8,rhs_quant=channel,drhs_tiling=128x128x128,target=pallas",
-       "drhs_tiling=128x128x128 applies to float op=gmm with target=pallas only"},
-      {"k=256,n=256,g=4,lhs=i8,rhs=i8,lhs_quant=channel,rhs_quant=channel,"
+       "drhs_tiling=128x128x128 applies to op=gmm with target=pallas and trained weights (float, "
+       "or whole-byte codes on both sides) only"},
+      {"k=256,n=256,g=4,lhs=i4,rhs=i4,lhs_quant=channel,rhs_quant=channel,"
        "dlhs_tiling=128x128x128,target=pallas",
-       "dlhs_tiling=128x128x128 applies to op=gmm with target=pallas and a float lhs only"},
+       "dlhs_tiling=128x128x128 applies to op=gmm with target=pallas and a VJP (a float lhs, or "
+       "whole-byte codes on both sides) only"},
+      {"k=512,n=512,g=4,lhs=f8e4m3,rhs=f8e4m3,lhs_quant=block:128,rhs_quant=block:128x256,"
+       "dlhs_tiling=128x128x128,target=pallas",
+       "dlhs_tiling tk=128 must be a multiple of the scale block 256"},
       {"k=512,n=256,g=4,rhs=nf4,rhs_quant=block:128,dlhs_tiling=128x256x64,target=pallas",
        "dlhs_tiling tn=64 must be a multiple of 128 or equal to k=512"},
       {"k=512,n=256,g=4,rhs=i8,rhs_quant=block:256,dlhs_tiling=128x256x128,target=pallas",
@@ -95,9 +106,11 @@ TEST(PallasSpec, ValidationNamesParameterAndRule) {
       {"k=256,n=256,g=4,isa=avx2,target=pallas", "isa=avx2 applies to target=cpp only"},
       // The VJP tilings belong to Pallas gmm modules only.
       {"k=256,n=256,g=4,dlhs_tiling=128x128x128",
-       "dlhs_tiling=128x128x128 applies to op=gmm with target=pallas and a float lhs only"},
+       "dlhs_tiling=128x128x128 applies to op=gmm with target=pallas and a VJP (a float lhs, or "
+       "whole-byte codes on both sides) only"},
       {"k=256,n=256,g=4,op=tgmm,target=pallas,drhs_tiling=128x128x128",
-       "drhs_tiling=128x128x128 applies to float op=gmm with target=pallas only"},
+       "drhs_tiling=128x128x128 applies to op=gmm with target=pallas and trained weights (float, "
+       "or whole-byte codes on both sides) only"},
   };
   for (const auto& [text, message] : cases) {
     try {
@@ -316,15 +329,34 @@ TEST(PallasEmit, QuantizedGmmModule) {
   EXPECT_EQ(nlohmann::json::array({"gmm", "differentiable_gmm", "make_group_metadata"}),
             k["exports"]);
   EXPECT_EQ(2u, k["pallas_calls"].size());
-  // Integer codes on both sides: exact int32 products.
+  // Integer codes on both sides: exact int32 products; whole bytes: the module quantizes float
+  // operands for training, its VJP through the dequantized operands (dlhs dequantizes the
+  // weights in VMEM, drhs is an f32 tgmm).
   const std::string i8 =
       emit_set({parse_text("k=512,n=768,g=8,lhs=i8,rhs=i8,lhs_quant=channel,"
                            "rhs_quant=channel,target=pallas")})[0]
           .content;
-  EXPECT_NE(std::string::npos, i8.find("product=\"int\","));
-  EXPECT_NE(std::string::npos, i8.find("scale_block=0,"));
-  EXPECT_NE(std::string::npos, i8.find("__all__ = [\"gmm\", \"make_group_metadata\"]"));
-  EXPECT_EQ(std::string::npos, i8.find("def differentiable_gmm("));
+  for (const char* text :
+       {"product=\"int\",", "scale_block=0,", "def differentiable_gmm(", "def quantize_lhs(",
+        "rhs_dequant=True,", "lhs_dtype=jnp.float32,",
+        "__all__ = [\"gmm\", \"differentiable_gmm\", \"quantize_lhs\", \"quantize_rhs\", "
+        "\"make_group_metadata\"]"})
+    EXPECT_NE(std::string::npos, i8.find(text)) << text;
+  // fp8 blocks: dout's e5m2 codes in blocks of the weights' N-block, a quantized tgmm.
+  const std::string fp8 =
+      emit_set({parse_text("k=512,n=768,g=8,lhs=f8e4m3,rhs=f8e4m3,lhs_quant=block:128,"
+                           "rhs_quant=block:128x128,target=pallas")})[0]
+          .content;
+  for (const char* text : {"lhs_dtype=jnp.float8_e5m2,", "rhs_dtype=jnp.float8_e5m2,",
+                           "_quantize(d, jnp.float8_e5m2, (1, _DLHS.lhs_block))"})
+    EXPECT_NE(std::string::npos, fp8.find(text)) << text;
+  // Sub-byte activations: the forward only.
+  const std::string i4 =
+      emit_set({parse_text("k=512,n=768,g=8,lhs=i4,rhs=i4,lhs_quant=channel,"
+                           "rhs_quant=channel,target=pallas")})[0]
+          .content;
+  EXPECT_NE(std::string::npos, i4.find("__all__ = [\"gmm\", \"make_group_metadata\"]"));
+  EXPECT_EQ(std::string::npos, i4.find("def differentiable_gmm("));
 }
 
 // A tgmm module carries the tgmm kernel and the metadata builder only; its hash covers the

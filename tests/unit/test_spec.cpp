@@ -141,8 +141,8 @@ TEST(Spec, ValidationNamesParameterAndRule) {
       // gmm's scratch for this tiling is about 1 MiB; tgmm's lhs chunk [tm][tk] adds 16 MiB.
       {"k=2048,n=8,g=4,op=tgmm,tm=2048,tk=2048,tn=8", "bytes of scratch per thread, above"},
       {"k=8,n=8,g=4,lhs=f16,target=pallas", "not supported yet for target=pallas: lhs=f16"},
-      {"k=8,n=8,g=4,op=tgmm,lhs=f8e4m3,rhs=f8e4m3,target=pallas",
-       "not supported yet for target=pallas: op=tgmm with lhs=f8e4m3"},
+      {"k=8,n=8,g=4,op=tgmm,lhs=i4,rhs=i4,lhs_quant=tensor,rhs_quant=tensor,target=pallas",
+       "not supported yet for target=pallas: op=tgmm with lhs=i4"},
       {"k=65536,n=65536,g=4", "overflows"},
   };
   for (const auto& c : cases) {

@@ -186,6 +186,28 @@ Tiling pallas_default_tiling(const KernelSpec& s);
 // contracts over N, writes K columns); with quantized weights, whose codes it reads in place, its
 // tiles hold whole bytes of packed codes and whole scale blocks along K.
 Tiling pallas_dlhs_default_tiling(const KernelSpec& s);
+// How a Pallas gmm module's differentiable_gmm computes its VJP (its kernels: pallas_dlhs_kernel
+// and pallas_drhs_kernel).
+enum class PallasVjp {
+  kNone,         // no differentiable_gmm: tgmm modules, lhs codes of fewer than 8 bits
+  kFloat,        // float operands: dlhs = gmm(dout, rhs read transposed), drhs = tgmm(lhs, dout)
+  kFrozen,       // float lhs, quantized rhs (frozen weights): dlhs = dout x rhs dequantized in VMEM
+  kFp8Blocks,    // fp8 lhs block:B, fp8 rhs block:BkxBn, quantized by the module from float
+                 // operands (training): dout quantized to e5m2, rows in blocks of Bn and columns
+                 // in blocks of B global rows; dlhs = gmm(dout codes, rhs codes read transposed),
+                 // drhs = tgmm(lhs's column codes, dout's column codes)
+  kDequantized,  // other whole-byte codes on both sides, quantized by the module from float
+                 // operands: dlhs = dout x rhs dequantized in VMEM, drhs = tgmm(lhs dequantized,
+                 // dout) in f32
+};
+PallasVjp pallas_vjp(const KernelSpec& s);
+// The dtype of the gradient codes of kFp8Blocks (DeepGEMM's and Transformer Engine's recipe).
+inline constexpr DType kPallasGradDtype = DType::kF8E5M2;
+// The backward kernels of a gmm module with a VJP, as specs of their own problems (tilings
+// dlhs_tiling and drhs_tiling): dlhs contracts over N and writes K columns; drhs is a tgmm.
+// pallas_drhs_kernel is for kFloat, kFp8Blocks and kDequantized.
+KernelSpec pallas_dlhs_kernel(const KernelSpec& s);
+KernelSpec pallas_drhs_kernel(const KernelSpec& s);
 // Codes per byte along a Pallas gmm's K and N: sub-byte codes pack along their operand's minor
 // axis (lhs: K; rhs: N, or K when transposed), so blocks along it hold whole bytes.
 struct PackedAxes {
@@ -193,7 +215,8 @@ struct PackedAxes {
   int64_t n = 1;
 };
 PackedAxes pallas_packed_axes(const KernelSpec& s);
-// The finest scale block along K of a quantized gmm (0: no block scales: one block, all of K).
+// The finest scale block along the contraction axis of a quantized kernel (K for gmm, M for
+// tgmm; 0: no block scales: one block, the whole axis).
 int64_t pallas_scale_block(const KernelSpec& s);
 // VMEM of a Pallas kernel (a spec of its own problem): its double-buffered blocks plus its f32
 // accumulator tile (pallas_acc_bytes, the kernel's scratch).

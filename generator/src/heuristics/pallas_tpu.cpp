@@ -67,7 +67,67 @@ Tiling pallas_default_tiling(const KernelSpec& s) {
   return t;
 }
 
+PallasVjp pallas_vjp(const KernelSpec& s) {
+  if (s.target != TargetKind::kPallas || s.op != Op::kGmm) return PallasVjp::kNone;
+  if (!codes::is_quantized(s.lhs))
+    return codes::is_quantized(s.rhs) ? PallasVjp::kFrozen : PallasVjp::kFloat;
+  // The module quantizes float operands itself: whole-byte codes on both sides.
+  if (codes::elements_per_byte(s.lhs) > 1 || !codes::is_quantized(s.rhs) ||
+      codes::elements_per_byte(s.rhs) > 1)
+    return PallasVjp::kNone;
+  const auto fp8 = [](DType d) { return d == DType::kF8E4M3 || d == DType::kF8E5M2; };
+  if (fp8(s.lhs) && fp8(s.rhs) && s.lhs_quant.kind == QuantKind::kBlock &&
+      s.rhs_quant.kind == QuantKind::kBlock && s.rhs_quant.block_n != 0)
+    return PallasVjp::kFp8Blocks;
+  return PallasVjp::kDequantized;
+}
+
+KernelSpec pallas_dlhs_kernel(const KernelSpec& s) {
+  KernelSpec k = s;
+  k.lhs = s.out;
+  k.lhs_quant = Quant{};
+  k.out = codes::is_quantized(s.lhs) ? DType::kF32 : s.lhs;  // the module casts to lhs's dtype
+  k.k = s.n;
+  k.n = s.k;
+  k.tiling = s.dlhs_tiling;
+  k.transpose_rhs = !s.transpose_rhs;
+  k.out_mode = OutMode::kPlain;
+  if (pallas_vjp(s) == PallasVjp::kFp8Blocks) {
+    // dout's codes in blocks of Bn along N (its contraction axis); the weights' BkxBn blocks read
+    // with the axes swapped: Bn along the contraction, Bk along the output.
+    k.lhs = kPallasGradDtype;
+    k.lhs_quant = Quant{QuantKind::kBlock, s.rhs_quant.block_n, 0};
+    k.rhs_quant = Quant{QuantKind::kBlock, s.rhs_quant.block_n, s.rhs_quant.block_k};
+  }
+  return k;
+}
+
+KernelSpec pallas_drhs_kernel(const KernelSpec& s) {
+  KernelSpec k = s;
+  k.op = Op::kTgmm;
+  k.rhs = s.out;
+  k.out = s.rhs;
+  k.tiling = s.drhs_tiling;
+  k.out_mode = OutMode::kPlain;
+  switch (pallas_vjp(s)) {
+    case PallasVjp::kFp8Blocks:  // lhs's and dout's codes in blocks of B global rows
+      k.rhs = kPallasGradDtype;
+      k.rhs_quant = Quant{QuantKind::kBlock, s.lhs_quant.block_k, 0};
+      k.out = DType::kF32;
+      break;
+    case PallasVjp::kDequantized:  // lhs's values (codes times scales) and dout, in f32
+      k.lhs = DType::kF32;
+      k.lhs_quant = k.rhs_quant = Quant{};
+      k.out = DType::kF32;
+      break;
+    default:
+      break;
+  }
+  return k;
+}
+
 Tiling pallas_dlhs_default_tiling(const KernelSpec& s) {
+  if (pallas_vjp(s) == PallasVjp::kFp8Blocks) return pallas_default_tiling(pallas_dlhs_kernel(s));
   Tiling t = pallas_default_tiling(Op::kGmm, s.n, s.k, s.tpu);
   if (!codes::is_quantized(s.rhs)) return t;
   const int64_t lanes = kTpuLanes * codes::elements_per_byte(s.rhs);
@@ -101,10 +161,14 @@ int64_t pallas_vmem_bytes(const KernelSpec& s) {
   else
     blocks = bytes(s.lhs, t.tm * t.tk) + bytes(s.rhs, t.tm * t.tn) +
              out_blocks * bytes(s.out, t.tk * t.tn);
-  // A quantized gmm's scales, whole along the k-blocks: lhs [tm, blocks], rhs [blocks, tn].
+  // A quantized gmm's scales, whole along the k-blocks: lhs [tm, blocks], rhs [blocks, tn]; a
+  // quantized tgmm's, per block of rows of its m-tile: lhs [blocks, tk], rhs [blocks, tn].
   if (codes::any_quantized(s)) {
-    const int64_t sb = pallas_scale_block(s), nkb = sb ? (s.k + sb - 1) / sb : 1;
-    blocks += 4 * nkb * (t.tm + t.tn);
+    const int64_t sb = pallas_scale_block(s);
+    if (s.op == Op::kGmm)
+      blocks += 4 * (sb ? (s.k + sb - 1) / sb : 1) * (t.tm + t.tn);
+    else
+      blocks += 4 * (sb ? std::max<int64_t>(1, t.tm / sb) : 1) * (t.tk + t.tn);
   }
   return 2 * blocks + pallas_acc_bytes(s);
 }

@@ -43,13 +43,13 @@ void derive_tn(KernelSpec& s) {
 }
 
 // The VJP tilings belong to Pallas gmm modules whose differentiable gmm carries the backward
-// kernels (DESIGN.md §8): dlhs where lhs is a float (with quantized weights, frozen: dlhs only),
-// drhs where both operands are; each defaults to the target's heuristic for its own problem.
+// kernels (pallas_vjp): dlhs for every one, drhs but for frozen quantized weights; each defaults
+// to the target's heuristic for its own problem.
 bool has_dlhs_tiling(const KernelSpec& s) {
-  return s.target == TargetKind::kPallas && s.op == Op::kGmm && !codes::is_quantized(s.lhs);
+  return pallas_vjp(s) != PallasVjp::kNone;
 }
 bool has_drhs_tiling(const KernelSpec& s) {
-  return has_dlhs_tiling(s) && !codes::is_quantized(s.rhs);
+  return has_dlhs_tiling(s) && pallas_vjp(s) != PallasVjp::kFrozen;
 }
 void derive_dlhs_tiling(KernelSpec& s) {
   // dlhs = gmm(dout [M, N], rhs read transposed): contracts over N, writes K columns.
@@ -136,14 +136,16 @@ const std::array<SpecField, 21> kFields{{
      &int_codec, tk_of, derive_tk, false},
     {"tn", "--tn", "1..8192", "heuristic", "columns per tile", R::kTiling, "x", "", false,
      &int_codec, tn_of, derive_tn, false},
-    {"dlhs_tiling", "--dlhs-tiling", "TMxTKxTN (target=pallas, op=gmm, float lhs)", "heuristic",
+    {"dlhs_tiling", "--dlhs-tiling", "TMxTKxTN (target=pallas, op=gmm with a VJP)", "heuristic",
      "tiling of the differentiable gmm's dlhs kernel (contracts over N, K columns)", R::kTiling,
      "_", "dl", true, &tiling_codec, member_of<&KernelSpec::dlhs_tiling>, derive_dlhs_tiling, false,
-     has_dlhs_tiling, "op=gmm with target=pallas and a float lhs"},
-    {"drhs_tiling", "--drhs-tiling", "TMxTKxTN (target=pallas, op=gmm, float operands)",
+     has_dlhs_tiling,
+     "op=gmm with target=pallas and a VJP (a float lhs, or whole-byte codes on both sides)"},
+    {"drhs_tiling", "--drhs-tiling", "TMxTKxTN (target=pallas, op=gmm, trained weights)",
      "heuristic", "tiling of the differentiable gmm's drhs kernel (a tgmm: contracts over M)",
      R::kTiling, "_", "dr", true, &tiling_codec, member_of<&KernelSpec::drhs_tiling>,
-     derive_drhs_tiling, false, has_drhs_tiling, "float op=gmm with target=pallas"},
+     derive_drhs_tiling, false, has_drhs_tiling,
+     "op=gmm with target=pallas and trained weights (float, or whole-byte codes on both sides)"},
     {"transpose_rhs", "--transpose-rhs", "0, 1", "0",
      "gmm: rhs stored [G_local, N, K]; tgmm: out stored [G_local, N, K]", R::kProblem, "_", "tr",
      true, &bool_codec, member_of<&KernelSpec::transpose_rhs>, nullptr, false},

@@ -29,42 +29,55 @@ struct ModuleKernel {
   bool dequant = false;
 };
 
-// The kernels of a module. A gmm module's backward (DESIGN.md §1): dlhs = gmm(dout, rhs read
-// transposed), contracting over N and writing lhs's dtype; drhs = tgmm(lhs, dout), written in
-// rhs's dtype and layout. Both write fresh outputs (plain).
+// The kernels of a module: the forward, then its VJP's (pallas_vjp, pallas_dlhs_kernel,
+// pallas_drhs_kernel). Both backward kernels write fresh outputs (plain).
 std::vector<ModuleKernel> module_kernels(const KernelSpec& s) {
-  if (s.op == Op::kTgmm)
+  if (s.op == Op::kTgmm) {
     return {{"_TGMM", "tgmm", "", "k", "n",
-             "The kernel: out[j] = lhs[rows of g]^T @ rhs[rows of g].", s}};
-  KernelSpec dlhs = s;
-  dlhs.lhs = s.out;
-  dlhs.out = s.lhs;
-  dlhs.k = s.n;
-  dlhs.n = s.k;
-  dlhs.tiling = s.dlhs_tiling;
-  dlhs.transpose_rhs = !s.transpose_rhs;
-  dlhs.out_mode = OutMode::kPlain;
-  if (codes::is_quantized(s.lhs))
-    return {{"_GMM", "gmm", "", "k", "n",
-             "The forward kernel: out = (lhs codes x rhs codes) per group, scaled per k-block.",
+             codes::any_quantized(s)
+                 ? "The kernel: out[j] = lhs codes[rows of g]^T @ rhs codes[rows of g], scaled "
+                   "per block of rows."
+                 : "The kernel: out[j] = lhs[rows of g]^T @ rhs[rows of g].",
              s}};
-  if (codes::is_quantized(s.rhs))  // frozen weights: dlhs only, through the codes in place
-    return {
-        {"_GMM", "gmm", "", "k", "n",
-         "The forward kernel: out = lhs x (rhs codes) per group, scaled per k-block.", s},
-        {"_DLHS", "dlhs", "dlhs_tiling", "n", "k",
-         "The backward's dlhs = gmm(dout, rhs dequantized in VMEM, read transposed).", dlhs, true}};
-  KernelSpec drhs = s;
-  drhs.op = Op::kTgmm;
-  drhs.rhs = s.out;
-  drhs.out = s.rhs;
-  drhs.tiling = s.drhs_tiling;
-  drhs.out_mode = OutMode::kPlain;
+  }
+  const auto dlhs = [&](const char* doc, bool dequant) {
+    return ModuleKernel{"_DLHS", "dlhs", "dlhs_tiling",         "n",
+                        "k",     doc,    pallas_dlhs_kernel(s), dequant};
+  };
+  const auto drhs = [&](const char* doc) {
+    return ModuleKernel{"_DRHS", "drhs", "drhs_tiling", "k", "n", doc, pallas_drhs_kernel(s)};
+  };
+  switch (pallas_vjp(s)) {
+    case PallasVjp::kNone:
+      return {{"_GMM", "gmm", "", "k", "n",
+               "The forward kernel: out = (lhs codes x rhs codes) per group, scaled per k-block.",
+               s}};
+    case PallasVjp::kFrozen:  // dlhs only, through the codes in place
+      return {
+          {"_GMM", "gmm", "", "k", "n",
+           "The forward kernel: out = lhs x (rhs codes) per group, scaled per k-block.", s},
+          dlhs("The backward's dlhs = gmm(dout, rhs dequantized in VMEM, read transposed).", true)};
+    case PallasVjp::kFp8Blocks:
+      return {
+          {"_GMM", "gmm", "", "k", "n",
+           "The forward kernel: out = (lhs codes x rhs codes) per group, scaled per k-block.", s},
+          dlhs("The backward's dlhs = gmm(dout's e5m2 codes, rhs codes read transposed), "
+               "scaled per block of N.",
+               false),
+          drhs("The backward's drhs = tgmm(lhs's column codes, dout's column codes), scaled "
+               "per block of rows.")};
+    case PallasVjp::kDequantized:
+      return {
+          {"_GMM", "gmm", "", "k", "n",
+           "The forward kernel: out = (lhs codes x rhs codes) per group, scaled per k-block.", s},
+          dlhs("The backward's dlhs = gmm(dout, rhs dequantized in VMEM, read transposed).", true),
+          drhs("The backward's drhs = tgmm(lhs dequantized, dout), in f32.")};
+    case PallasVjp::kFloat:
+      break;
+  }
   return {{"_GMM", "gmm", "", "k", "n", "The forward kernel: out = lhs x rhs per group.", s},
-          {"_DLHS", "dlhs", "dlhs_tiling", "n", "k",
-           "The backward's dlhs = gmm(dout, rhs read transposed): contracts over N.", dlhs},
-          {"_DRHS", "drhs", "drhs_tiling", "k", "n",
-           "The backward's drhs = tgmm(lhs, dout), in rhs's dtype and layout.", drhs}};
+          dlhs("The backward's dlhs = gmm(dout, rhs read transposed): contracts over N.", false),
+          drhs("The backward's drhs = tgmm(lhs, dout), in rhs's dtype and layout.")};
 }
 
 // A tile of a kernel in messages: "tk=100", or "dlhs_tiling tk=100" for a backward kernel.
@@ -112,9 +125,16 @@ void check_vmem(const ModuleKernel& mk) {
 // A module's public names (its __all__ and the manifest's exports).
 std::vector<std::string> exports(const KernelSpec& s) {
   if (s.op == Op::kTgmm) return {"tgmm", "tgmm_mk", "make_group_metadata"};
-  if (codes::is_quantized(s.lhs)) return {"gmm", "make_group_metadata"};
-  if (codes::is_quantized(s.rhs)) return {"gmm", "differentiable_gmm", "make_group_metadata"};
-  return {"gmm", "tgmm", "tgmm_mk", "differentiable_gmm", "make_group_metadata"};
+  switch (pallas_vjp(s)) {
+    case PallasVjp::kNone:
+      return {"gmm", "make_group_metadata"};
+    case PallasVjp::kFloat:
+      return {"gmm", "tgmm", "tgmm_mk", "differentiable_gmm", "make_group_metadata"};
+    case PallasVjp::kFrozen:
+      return {"gmm", "differentiable_gmm", "make_group_metadata"};
+    default:  // training: the module quantizes float operands
+      return {"gmm", "differentiable_gmm", "quantize_lhs", "quantize_rhs", "make_group_metadata"};
+  }
 }
 
 std::string py_bool(bool b) {
@@ -169,9 +189,9 @@ class PallasTarget final : public Target {
       if (dtype_info(d).jnp.empty())
         not_yet(std::string(p) + "=" + std::string(to_string(d)),
                 "TPU matmuls take f32, bf16 and the quantized codes");
-      else if (codes::is_quantized(d) && s.op == Op::kTgmm)
+      else if (codes::elements_per_byte(d) > 1 && s.op == Op::kTgmm)
         not_yet("op=tgmm with " + std::string(p) + "=" + std::string(to_string(d)),
-                "the quantized Pallas kernel is gmm's forward");
+                "the Pallas tgmm reads codes of whole bytes: f8e4m3, f8e5m2, i8");
     }
     if (s.isa != Isa::kNative)
       throw SpecError("isa=" + std::string(to_string(s.isa)) +
@@ -205,9 +225,16 @@ class PallasTarget final : public Target {
                         std::to_string(b) + " (rhs_quant=" + to_string(k.rhs_quant) +
                         ") or cover k=" + std::to_string(k.n) +
                         " (target=pallas: the dlhs kernel dequantizes the weights' blocks)");
-      // Scales apply per k-block of the finest block scale: a k-tile holds whole blocks.
+      // Scales apply per block of the finest block scale along the contraction axis: gmm's
+      // k-tile holds whole blocks; tgmm's m-tile (its blocks run over global rows, and m-tiles
+      // start at multiples of tm) holds whole blocks or lies inside one.
       const int64_t sb = mk.dequant ? 0 : pallas_scale_block(k);
-      if (sb && t.tk % sb != 0 && t.tk < k.k) {
+      if (sb && k.op == Op::kTgmm && t.tm % sb != 0 && sb % t.tm != 0)
+        throw SpecError(
+            tile_text(mk, "tm", t.tm) + " must be a multiple or a divisor of the scale " +
+            "block " + std::to_string(sb) +
+            " (target=pallas: a tgmm m-tile holds whole blocks of rows or lies in one)");
+      if (sb && k.op == Op::kGmm && t.tk % sb != 0 && t.tk < k.k) {
         const bool lhs_sb = k.lhs_quant.kind == QuantKind::kBlock && k.lhs_quant.block_k == sb;
         throw SpecError(tile_text(mk, "tk", t.tk) + " must be a multiple of the scale block " +
                         std::to_string(sb) + " (" + (lhs_sb ? "lhs_quant=" : "rhs_quant=") +
@@ -241,9 +268,19 @@ class PallasTarget final : public Target {
     ctx.set("lhs_layout", std::string(to_string(s.lhs_layout)));
     ctx.set("out_mode", std::string(to_string(s.out_mode)));
     ctx.set("tpu", std::string(to_string(s.tpu)));
-    ctx.set("vjp", mu::data(gmm && !codes::any_quantized(s)));
+    const PallasVjp vjp = pallas_vjp(s);
+    ctx.set("vjp", mu::data(vjp == PallasVjp::kFloat));
     // Quantized weights with a float lhs: frozen weights, a VJP for lhs (the dlhs kernel).
-    ctx.set("frozen", mu::data(gmm && !codes::is_quantized(s.lhs) && codes::is_quantized(s.rhs)));
+    ctx.set("frozen", mu::data(vjp == PallasVjp::kFrozen));
+    // Quantized activations and weights trained from float operands the module quantizes.
+    ctx.set("training", mu::data(vjp == PallasVjp::kFp8Blocks || vjp == PallasVjp::kDequantized));
+    ctx.set("fp8_blocks", mu::data(vjp == PallasVjp::kFp8Blocks));
+    if (vjp == PallasVjp::kFp8Blocks) {
+      ctx.set("grad_jnp", jnp_of(kPallasGradDtype));
+      ctx.set("grad_doc", "its rows in blocks of " + std::to_string(s.rhs_quant.block_n) +
+                              " along N for dlhs, its columns in blocks of " +
+                              std::to_string(s.lhs_quant.block_k) + " global rows for drhs");
+    }
     std::string tiling_py;  // every kernel's (tm, tk, tn), in the module's order
     for (const ModuleKernel& mk : module_kernels(s))
       tiling_py += (tiling_py.empty() ? "(" : ", ") + py_items(mk.spec.tiling);
