@@ -29,7 +29,7 @@ struct ModuleKernel {
   bool dequant = false;
 };
 
-// The kernels of a module. A gmm module's backward (DESIGN.md §1): dlhs = gmm(dout, rhs read
+// The kernels of a module. A gmm module's backward (docs/operations.md): dlhs = gmm(dout, rhs read
 // transposed), contracting over N and writing lhs's dtype; drhs = tgmm(lhs, dout), written in
 // rhs's dtype and layout. Both write fresh outputs (plain).
 std::vector<ModuleKernel> module_kernels(const KernelSpec& s) {
