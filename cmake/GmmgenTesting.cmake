@@ -1,14 +1,15 @@
 # Labels of gmm-gen's own tests (not installed). Every ctest entry carries two kinds of label:
 #   - its subject: the test folder it comes from (unit, kernels, runtime, cli, pallas, python,
-#     consumers, examples, fuzz);
+#     consumers, examples, fuzz, docs);
 #   - the tiers that run it. The tiers nest: a `smoke` test also carries `ci` and `full`, a `ci`
 #     test also `full`, a `full` test only `full`. So `ctest -L '^ci$'` runs the ci tier, and
 #     `ctest -L '^full$'` runs everything.
-# A test's tier is the first of its tier labels; README.md ("Tests") says what goes in each.
+# A test's tier is the first of its tier labels; docs/contributing.md ("Test tiers") says what
+# goes in each.
 include_guard(GLOBAL)
 include(GoogleTest)
 
-set(_GMMGEN_TEST_SUBJECTS unit kernels runtime cli pallas python consumers examples fuzz)
+set(_GMMGEN_TEST_SUBJECTS unit kernels runtime cli pallas python consumers examples fuzz docs)
 set(_GMMGEN_TIER_LABELS_smoke smoke ci full)
 set(_GMMGEN_TIER_LABELS_ci ci full)
 set(_GMMGEN_TIER_LABELS_full full)

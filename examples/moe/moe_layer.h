@@ -3,7 +3,7 @@
 // matmuls for w0/w1 (or one merged w0|w1 product), silu(h0) * h1 * routing weight, wo, unsort
 // and combine; and its backward pass through Runtime::gmm_vjp and Runtime::tgmm.
 //
-// Quantized modes (DESIGN.md §7) of the expert products; the router stays f32 in every mode
+// Quantized modes (docs/quantization.md) of the expert products; the router stays f32 in every mode
 // (routing decisions are the part of an MoE layer least tolerant of rounding):
 //   fp8-block:    activations (the sorted inputs xs, and a = silu(h0) * h1 * w) quantized to
 //                 e4m3 in 1x128 blocks for the forward and 128x1 blocks for the weight gradients,

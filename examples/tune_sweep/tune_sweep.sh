@@ -1,6 +1,6 @@
 #!/bin/sh
 # tune_sweep: tunes every grouped product of the MoE example (examples/moe) for one configuration
-# with `gmm-gen tune`, then runs the example again, printing both runs (issue 12, DESIGN.md §5).
+# with `gmm-gen tune`, then runs the example again, printing both runs (issue 12, docs/tuning.md).
 #
 #   tune_sweep.sh GMM_GEN MOE_EXAMPLE [--budget SECONDS] [-j N] [--space SPACE] [-- MOE_ARGS...]
 #

@@ -1,4 +1,4 @@
-// gmm-gen bench: kernel GFLOP/s side by side with a per-group baseline (DESIGN §5, §10).
+// gmm-gen bench: kernel GFLOP/s side by side with a per-group baseline (docs/performance.md).
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
@@ -236,9 +236,10 @@ Command add_bench(CLI::App& app) {
       "bench", "Time kernels beside a per-group oneDNN/OpenBLAS baseline; GFLOP/s, ratio, % peak");
   o->specs.add_to(*cmd);
   o->filter.add_to(*cmd);
-  cmd->add_option("--shapes", o->shapes,
-                  "Standard shapes (DESIGN §10): S1,S2,S3,S4 or all; runs gmm and tgmm, f32 and "
-                  "bf16 x bf16 -> f32, on each");
+  cmd->add_option(
+      "--shapes", o->shapes,
+      "Standard shapes (docs/performance.md): S1,S2,S3,S4 or all; runs gmm and tgmm, f32 and "
+      "bf16 x bf16 -> f32, on each");
   o->quant_option =
       cmd->add_option("--quant", o->quant,
                       "With --shapes: gmm with quantized operands instead, each beside gmm-gen's "

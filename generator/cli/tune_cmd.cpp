@@ -1,7 +1,7 @@
 // gmm-gen tune: sweeps tilings (and ISA families) of a problem on a group-size distribution,
 // compiles the variants in parallel through the runtime's disk cache, benchmarks each with the
-// bench machinery, keeps the fastest and writes a tuning table (DESIGN §5), with a CSV of every
-// variant and an SVG heatmap of GFLOP/s over (tm, tn) per tk when asked.
+// bench machinery, keeps the fastest and writes a tuning table (docs/tuning.md), with a CSV of
+// every variant and an SVG heatmap of GFLOP/s over (tm, tn) per tk when asked.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>

@@ -11,7 +11,7 @@ torch tensors when lhs is one. bf16 is numpy uint16 bit patterns (to_bf16 / from
 torch.bfloat16. Kernels are compiled on first use and cached on disk (cache_dir()); calls
 release the GIL while kernels run. Bad arguments raise ValueError (TypeError for a non-array),
 compile and cache failures RuntimeError (CompileError, CacheError, JitDisabledError), each
-with the runtime's message. The semantics are DESIGN.md §1's (megablox's, stricter).
+with the runtime's message. The semantics are docs/operations.md's (megablox's, stricter).
 """
 
 import numpy as np
@@ -79,7 +79,7 @@ def from_bf16(x):
 # ---- Quantized operands ------------------------------------------------------------------------
 
 class Quantized:
-    """A quantized operand (DESIGN.md §7): codes and f32 scales, as quantize() makes them.
+    """A quantized operand (docs/quantization.md): codes and f32 scales, as quantize() makes them.
 
     codes: [rows, bytes per row] (or [G, rows, ...]) of int8 (i8) or uint8 (other dtypes; i4/nf4
     two per byte, t2 four per byte, packed along the row); scales: the runtime's layout for
@@ -452,7 +452,7 @@ def gmm_vjp(dout, lhs, rhs, group_sizes, tiling=None, group_offset=0, transpose_
     (rhs's shape) = tgmm(lhs, dout) in rhs's dtype, with no transposed copy of any operand.
     tiling: 9 ints, (tm, tk, tn) of the forward, dlhs and drhs products (0s: heuristic).
 
-    A quantized forward (DESIGN.md §7): rhs is the forward's Quantized weights and lhs, when
+    A quantized forward (docs/quantization.md): rhs is the forward's Quantized weights and lhs, when
     quantized, a Quantized of the activation along M (quantize(x, dtype, "block:B", axis=0):
     the column-wise half of dual quantization, what tgmm reads). dout must be float32; it is
     quantized to grad_dtype ("f8e5m2", "f8e4m3", or None to keep it f32) in 1 x grad_block

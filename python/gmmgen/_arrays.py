@@ -1,7 +1,7 @@
 """Arrays in and out of the runtime: numpy arrays, torch tensors and other DLPack producers.
 
 An operand becomes a view (address, dtype code, shape, ld) the runtime reads in place: the
-runtime's layouts are row-major with a row stride `ld` (DESIGN.md §4, gmmgen::TensorView), so a
+runtime's layouts are row-major with a row stride `ld` (docs/runtime.md, gmmgen::TensorView), so a
 2-D operand with unit column stride and any row stride >= its row length is used without a
 copy, and so is a 3-D one whose matrices also follow each other at rows * ld. Any other layout
 of an input (transposed, strided columns, negative strides) is copied into a contiguous array
@@ -244,7 +244,7 @@ def group_sizes_array(group_sizes):
 
 
 def check_groups(sizes, m, group_offset, g_local, m_name="M"):
-    """DESIGN.md §1's rules on group_sizes and group_offset, before anything is allocated."""
+    """docs/operations.md's rules on group_sizes and group_offset, before anything is allocated."""
     g = int(sizes.shape[0])
     if not isinstance(group_offset, (int, np.integer)) or isinstance(group_offset, bool):
         raise ValueError(f"group_offset must be an int, got {type(group_offset).__name__}")

@@ -33,7 +33,7 @@ def starts(sizes):
 
 def ref_gmm(lhs, rhs, sizes, group_offset=0, transpose_rhs=False, existing=None,
             accumulate=False):
-    """DESIGN.md §1's gmm in float64."""
+    """docs/operations.md's gmm in float64."""
     lhs, rhs = np.asarray(lhs, np.float64), np.asarray(rhs, np.float64)
     n = rhs.shape[1] if transpose_rhs else rhs.shape[2]
     out = np.zeros((lhs.shape[0], n)) if existing is None else np.array(existing, np.float64)
@@ -46,7 +46,7 @@ def ref_gmm(lhs, rhs, sizes, group_offset=0, transpose_rhs=False, existing=None,
 
 
 def ref_tgmm(lhs, rhs, sizes, group_offset=0, g_local=None, existing=None):
-    """DESIGN.md §1's tgmm in float64: lhs [M, K], rhs [M, N] -> [G_local, K, N]."""
+    """docs/operations.md's tgmm in float64: lhs [M, K], rhs [M, N] -> [G_local, K, N]."""
     lhs, rhs = np.asarray(lhs, np.float64), np.asarray(rhs, np.float64)
     g_local = len(sizes) - group_offset if g_local is None else g_local
     out = np.zeros((g_local, lhs.shape[1], rhs.shape[1]))

@@ -1,4 +1,4 @@
-"""gmmgen.gmm on numpy arrays against the float64 reference (DESIGN.md §1)."""
+"""gmmgen.gmm on numpy arrays against the float64 reference (docs/operations.md)."""
 
 import unittest
 

@@ -1,5 +1,5 @@
-"""gmmgen.quantize / dequantize (the runtime's quantizers, DESIGN.md §7) and quantized operands
-in gmm."""
+"""gmmgen.quantize / dequantize (the runtime's quantizers, docs/quantization.md) and quantized
+operands in gmm."""
 
 import unittest
 

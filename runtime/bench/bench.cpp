@@ -115,7 +115,7 @@ struct Operand {
   }
 
   // The exact value of stored element (b, r, c): decode(code) * scale in float64 (the kernel
-  // works with this value, DESIGN §7), or the float element.
+  // works with this value, docs/quantization.md), or the float element.
   double value(int64_t b, int64_t r, int64_t c) const {
     const int64_t i = (b * rows + r) * ld + c;
     if (!quantized()) return load_element(dtype, mem.data(), i);

@@ -1,4 +1,4 @@
-// Group-size distributions and the standard shapes of DESIGN §10.
+// Group-size distributions and the standard shapes of docs/performance.md.
 #include <algorithm>
 #include <cmath>
 #include <random>

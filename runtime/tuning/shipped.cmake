@@ -1,4 +1,4 @@
-# The tuning tables shipped with gmm-gen (runtime/tuning/*.json, DESIGN.md §5), compiled into the
+# The tuning tables shipped with gmm-gen (runtime/tuning/*.json, docs/tuning.md), compiled into the
 # runtime library as gmmgen::tuning::shipped_tables() so that an installed library carries them.
 # Included by runtime/CMakeLists.txt; sets GMMGEN_SHIPPED_TUNING_SOURCE. Adding, removing or
 # editing a table re-runs CMake (CONFIGURE_DEPENDS), and the source is rewritten only when it

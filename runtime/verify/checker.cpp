@@ -143,7 +143,7 @@ class CodeSource {
   uint8_t garbage(std::mt19937_64& rng) const { return garbage_[rng() % garbage_.size()]; }
 
  private:
-  // The codes quantizers produce (DESIGN.md §7).
+  // The codes quantizers produce (docs/quantization.md).
   static bool valid(DType d, uint8_t code, double v) {
     switch (d) {
       case DType::kI8:
@@ -173,7 +173,7 @@ double random_scale(DType d, std::mt19937_64& rng, int exact_span) {
   return std::ldexp(double(u), e);  // 24 significant bits, far inside f32's range: an f32 value
 }
 
-// Where each element's scale lives (DESIGN.md §7; "Scales" in kernel_abi.h).
+// Where each element's scale lives (docs/quantization.md; "Scales" in kernel_abi.h).
 struct ScaleMap {
   Layout layout;           // the scale array as [batch, rows, cols], stored row-major
   bool vector = false;     // tensor [1] or a 1-D array: no rows, ld passed as 0

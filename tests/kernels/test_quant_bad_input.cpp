@@ -1,5 +1,5 @@
-// Quantized kernels (DESIGN.md §7) reject bad scales and code layouts with a message naming the
-// argument and the rule, and leave the output untouched; scales a call does not read are never
+// Quantized kernels (docs/quantization.md) reject bad scales and code layouts with a message naming
+// the argument and the rule, and leave the output untouched; scales a call does not read are never
 // looked at (a NaN there neither fails the call nor leaks into other groups).
 #include <gtest/gtest.h>
 

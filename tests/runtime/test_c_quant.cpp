@@ -76,9 +76,9 @@ struct CQuantized {
   }
 };
 
-// The bound of an f32 kernel summing `terms` products of dequantized values: DESIGN §7's checker
-// bound, u |sum| + (terms + 3) u sum|p|, plus 2 u sum|p| because the reference's operands are
-// the f32 results of gmmgen_dequantize, each within u of the exact decoded value.
+// The bound of an f32 kernel summing `terms` products of dequantized values: docs/quantization.md's
+// checker bound, u |sum| + (terms + 3) u sum|p|, plus 2 u sum|p| because the reference's operands
+// are the f32 results of gmmgen_dequantize, each within u of the exact decoded value.
 double c_bound(double sum, double abs_sum, int64_t terms) {
   return kU * std::fabs(sum) + double(terms + 5) * kU * abs_sum + 1e-30;
 }

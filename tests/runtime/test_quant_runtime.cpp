@@ -1,8 +1,8 @@
-// Quantized products end to end (DESIGN.md §7): f32 data quantized by the runtime's quantizers,
-// multiplied by JIT-compiled kernels through Runtime::gmm / tgmm, and compared with a float64
-// reference on the decoded operands, at the shapes of the seeds' ecosystems (G=8, M=512, K=256,
-// N=512 int8/int4 with blocks of 16 and 128 and per channel; block FP8 1x128 x 128x128 at K in
-// {128, 256, 384, 1024}), with ragged groups (empty ones included), saturation and all-zero
+// Quantized products end to end (docs/quantization.md): f32 data quantized by the runtime's
+// quantizers, multiplied by JIT-compiled kernels through Runtime::gmm / tgmm, and compared with a
+// float64 reference on the decoded operands, at the shapes of the seeds' ecosystems (G=8, M=512,
+// K=256, N=512 int8/int4 with blocks of 16 and 128 and per channel; block FP8 1x128 x 128x128 at K
+// in {128, 256, 384, 1024}), with ragged groups (empty ones included), saturation and all-zero
 // blocks.
 #include <gtest/gtest.h>
 #include <stdlib.h>

@@ -1,4 +1,4 @@
-// The backward pass of a quantized forward (DESIGN.md §7, seeds 000 and 004) through
+// The backward pass of a quantized forward (docs/quantization.md, seeds 000 and 004) through
 // Runtime::gmm_vjp with GmmVjpOptions::quant: block FP8 (lhs 1x128 / 128x1 by dual quantization,
 // weights 128x128, dout quantized by the runtime in e5m2, e4m3 or not at all), and per-channel
 // int8 weights whose scales are folded into dout. dlhs and drhs are compared with a float64
@@ -85,7 +85,7 @@ struct VjpProblem {
 // and absolute sum `abs_sum`: each product is scaled once (the f32 product of the two block
 // scales, and its product with the f32 block sum: 2 roundings), passes through at most `terms`
 // f32 additions (recursive summation: (terms - 1) u |p|), and the result is rounded once more,
-// so |err| <= u |sum| + (terms + 3) u sum|p| (the bound of DESIGN §7's checker).
+// so |err| <= u |sum| + (terms + 3) u sum|p| (the bound of docs/quantization.md's checker).
 double vjp_bound(double sum, double abs_sum, int64_t terms) {
   return kU * std::fabs(sum) + double(terms + 3) * kU * abs_sum + 1e-30;
 }

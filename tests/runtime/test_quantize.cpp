@@ -1,7 +1,7 @@
-// The quantizers against a float64 reference written here from DESIGN.md §7: the scale layouts
-// by their formulas, absmax and fixed scales, and every code by a brute-force search over all
-// codes of the dtype (nearest value; ties to even, to the level nearer zero for nf4, to the sign
-// of the value for a zero). Outputs are poisoned first, so every bit a call must not write is
+// The quantizers against a float64 reference written here from docs/quantization.md: the scale
+// layouts by their formulas, absmax and fixed scales, and every code by a brute-force search over
+// all codes of the dtype (nearest value; ties to even, to the level nearer zero for nf4, to the
+// sign of the value for a zero). Outputs are poisoned first, so every bit a call must not write is
 // checked too.
 #include <gtest/gtest.h>
 
@@ -88,8 +88,8 @@ uint8_t ref_code(DType d, double v) {
   return uint8_t(best);
 }
 
-// The scale layout of DESIGN.md §7 / kernel_abi.h, from its formulas: scale (r, c) of element
-// (r, c) at offset i * ld + j of an array [srows, scols] (vectors: one row).
+// The scale layout of docs/quantization.md / kernel_abi.h, from its formulas: scale (r, c) of
+// element (r, c) at offset i * ld + j of an array [srows, scols] (vectors: one row).
 struct RefLayout {
   int64_t srows = 0, scols = 0;  // scheme none: no scales
   std::function<std::pair<int64_t, int64_t>(int64_t, int64_t)> at;

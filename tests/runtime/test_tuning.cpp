@@ -1,5 +1,6 @@
-// Tuning tables (DESIGN §5): the format (parse, write, merge, match, buckets), where the runtime
-// finds tables and in which order, tables it must ignore, and dispatch through a table entry.
+// Tuning tables (docs/tuning.md): the format (parse, write, merge, match, buckets), where the
+// runtime finds tables and in which order, tables it must ignore, and dispatch through a table
+// entry.
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>

@@ -1,5 +1,5 @@
-// The checker on quantized specs (DESIGN.md §7), without generated kernels: a plain C++ kernel
-// written here from the ABI's layouts ("Scales" in kernel_abi.h) must pass check_kernel for
+// The checker on quantized specs (docs/quantization.md), without generated kernels: a plain C++
+// kernel written here from the ABI's layouts ("Scales" in kernel_abi.h) must pass check_kernel for
 // every kind of quantized spec, and the same kernel with one deliberate bug must fail it.
 #include <gtest/gtest.h>
 
@@ -33,8 +33,8 @@ enum class Bug {
 struct NaiveKernel {
   KernelSpec spec;
   Bug bug = Bug::kNone;
-  // false: the exact sum in double, rounded once to the output dtype. true: DESIGN §7's f32
-  // computation (each scale block's P_b in f32, or exact i32 for integer x integer; scaled by
+  // false: the exact sum in double, rounded once to the output dtype. true: docs/quantization.md's
+  // f32 computation (each scale block's P_b in f32, or exact i32 for integer x integer; scaled by
   // f32(s_lhs * s_rhs) and summed in f32), the worst summation order (one term after another).
   bool f32_model = false;
 };
@@ -235,7 +235,7 @@ void store_out(const gmmgen_args& a, int64_t i, double x) {
 }
 
 // The sum over terms t of x(t) * y(t) * scale(t), where `scale` is constant over each block of
-// terms [cuts[b], cuts[b + 1]): exact in double, or as DESIGN §7's f32 model.
+// terms [cuts[b], cuts[b + 1]): exact in double, or as docs/quantization.md's f32 model.
 template <typename X, typename Y, typename S>
 double dot(int64_t count, X x, Y y, S scale, const std::vector<int64_t>& cuts) {
   const KernelSpec& s = g_kernel.spec;
@@ -414,8 +414,8 @@ TEST(QuantChecker, CorrectKernelPassesStandardCases) {
   }
 }
 
-// DESIGN §7's f32 computation, summed in the worst order, stays within the bound (which the
-// checker states in checker.h), also for long sums.
+// docs/quantization.md's f32 computation, summed in the worst order, stays within the bound (which
+// the checker states in checker.h), also for long sums.
 TEST(QuantChecker, F32ModelStaysWithinTheBound) {
   std::vector<std::string> specs(std::begin(kSpecs), std::end(kSpecs));
   specs.push_back(

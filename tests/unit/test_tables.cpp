@@ -1,5 +1,6 @@
 // The tables every other module derives from (spec fields, dtypes, ABI entry points), and the
-// documents that must agree with them: the README's spec table and its ABI section.
+// documents that must agree with them: the spec table of docs/spec.md and the tables of
+// docs/c-abi.md.
 #include <gtest/gtest.h>
 
 #include <cctype>
@@ -102,14 +103,14 @@ TEST(FieldTable, ProblemKeyIgnoresTilingAndImplementation) {
   EXPECT_FALSE(SameProblem{}(a, c));
 }
 
-// The README's spec table is the field table's (refresh: cmake --build build --target
+// The spec table of docs/spec.md is the field table's (refresh: cmake --build build --target
 // regenerate).
-TEST(Readme, SpecTableIsTheFieldTable) {
-  const std::string readme = read_source("README.md");
-  EXPECT_NE(readme.find("<!-- spec-fields:begin -->\n" + spec_fields_markdown() +
-                        "<!-- spec-fields:end -->"),
+TEST(DocTables, SpecTableIsTheFieldTable) {
+  const std::string doc = read_source("docs/spec.md");
+  EXPECT_NE(doc.find("<!-- spec-fields:begin -->\n" + spec_fields_markdown() +
+                     "<!-- spec-fields:end -->"),
             std::string::npos)
-      << "README.md's spec table differs from the field table; run the regenerate target";
+      << "docs/spec.md's spec table differs from the field table; run the regenerate target";
 }
 
 bool ident_char(char c) {
@@ -161,14 +162,14 @@ TEST(AbiTables, InfoPartialSetsEveryKernelInfoField) {
     EXPECT_NE(std::string::npos, info.find("  i." + f + " = ")) << f << " is never set";
 }
 
-// The backticked identifiers in the first column of the README table between two markers.
-std::vector<std::string> readme_names(const std::string& readme, const std::string& from,
-                                      const std::string& to) {
-  const size_t b = readme.find(from);
-  const size_t e = readme.find(to, b + from.size());
+// The backticked identifiers in the first column of a docs table between two markers.
+std::vector<std::string> doc_names(const std::string& doc, const std::string& from,
+                                   const std::string& to) {
+  const size_t b = doc.find(from);
+  const size_t e = doc.find(to, b + from.size());
   EXPECT_NE(std::string::npos, b) << from;
   EXPECT_NE(std::string::npos, e) << to;
-  std::stringstream lines(readme.substr(b + from.size(), e - b - from.size()));
+  std::stringstream lines(doc.substr(b + from.size(), e - b - from.size()));
   std::vector<std::string> names;
   for (std::string line; std::getline(lines, line);) {
     if (!line.starts_with("| ")) continue;
@@ -183,21 +184,21 @@ std::vector<std::string> readme_names(const std::string& readme, const std::stri
   return names;
 }
 
-TEST(Readme, AbiSectionAgreesWithTheHeader) {
-  const std::string readme = read_source("README.md");
+TEST(DocTables, CAbiPageAgreesWithTheHeader) {
+  const std::string doc = read_source("docs/c-abi.md");
   const std::string header = read_source("runtime/include/gmmgen/kernel_abi.h");
   // gmmgen_args: the rows of its table name every field, in order.
   EXPECT_EQ(header_struct_fields(header, "gmmgen_args"),
-            readme_names(readme, "<!-- abi-args:begin -->", "<!-- abi-args:end -->"));
+            doc_names(doc, "<!-- abi-args:begin -->", "<!-- abi-args:end -->"));
   EXPECT_EQ(header_struct_fields(header, "gmmgen_kernel_info"),
-            readme_names(readme, "<!-- abi-info:begin -->", "<!-- abi-info:end -->"));
+            doc_names(doc, "<!-- abi-info:begin -->", "<!-- abi-info:end -->"));
   // The entry points: one table row per GMMGEN_ENTRY_POINTS entry, in order.
   std::vector<std::string> documented;
   {
-    const size_t b = readme.find("<!-- abi-entries:begin -->");
-    const size_t e = readme.find("<!-- abi-entries:end -->");
+    const size_t b = doc.find("<!-- abi-entries:begin -->");
+    const size_t e = doc.find("<!-- abi-entries:end -->");
     ASSERT_NE(std::string::npos, b);
-    const std::string part = readme.substr(b, e - b);
+    const std::string part = doc.substr(b, e - b);
     for (size_t at = part.find("<name>"); at != std::string::npos;
          at = part.find("<name>", at + 1)) {
       const size_t open = part.find('(', at);

@@ -1,5 +1,5 @@
-// The codes of the quantized dtypes (DESIGN.md §7): how an element is stored and what value its
-// code stands for. The one place that says it: the kernels' dtype partials are rendered from
+// The codes of the quantized dtypes (docs/quantization.md): how an element is stored and what value
+// its code stands for. The one place that says it: the kernels' dtype partials are rendered from
 // these facts (the NF4 levels are written into them), and the runtime's quantizers, the float64
 // reference and the checker decode with these functions.
 #pragma once

@@ -1,4 +1,4 @@
-// KernelSpec: every parameter of a generated kernel (DESIGN.md §2), its canonical text and JSON
+// KernelSpec: every parameter of a generated kernel (docs/spec.md), its canonical text and JSON
 // forms, validation, and the two tables every other module derives from: the spec fields
 // (spec_fields()) and the dtypes (dtype_info()).
 #pragma once

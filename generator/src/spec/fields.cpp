@@ -1,6 +1,6 @@
 // The spec field table: the one place that lists the keys of a spec. Parsing, the canonical
-// text and JSON forms, hashing, kernel names (naming.cpp), the CLI's flags and the README's spec
-// table all walk it.
+// text and JSON forms, hashing, kernel names (naming.cpp), the CLI's flags and the spec
+// field table of docs/spec.md all walk it.
 #include <algorithm>
 #include <array>
 #include <charconv>
@@ -116,10 +116,10 @@ const std::array<SpecField, 21> kFields{{
     {"out", "--out-dtype", "", "f32", "output element type", R::kProblem, "_", "", false,
      &enum_codec<DType>, member_of<&KernelSpec::out>, nullptr, false},
     {"lhs_quant", "--lhs-quant", "none, tensor, channel, block:B", "none",
-     "scales of lhs (DESIGN §7)", R::kProblem, "_", "ql", true, &quant_codec,
+     "scales of lhs (docs/quantization.md)", R::kProblem, "_", "ql", true, &quant_codec,
      member_of<&KernelSpec::lhs_quant>, nullptr, false},
     {"rhs_quant", "--rhs-quant", "none, tensor, channel, block:B, block:BxB", "none",
-     "scales of rhs (DESIGN §7)", R::kProblem, "_", "qr", true, &quant_codec,
+     "scales of rhs (docs/quantization.md)", R::kProblem, "_", "qr", true, &quant_codec,
      member_of<&KernelSpec::rhs_quant>, nullptr, false},
     {"k", "-k,--k", ">= 1", "required", "contraction size K", R::kProblem, "_", "k", false,
      &int_codec, member_of<&KernelSpec::k>, nullptr, true},

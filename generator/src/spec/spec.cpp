@@ -97,8 +97,8 @@ void validate(const KernelSpec& s) {
         fail(std::string(p) + "=" + std::string(to_string(d)) +
              ": tgmm takes activations and gradients, not a weight format");
 
-  // Quantization rules (DESIGN §7): scales belong to quantized dtypes, and codes that mean
-  // nothing without scales must have them.
+  // Quantization rules (docs/quantization.md): scales belong to quantized dtypes, and codes that
+  // mean nothing without scales must have them.
   auto check_quant = [&](std::string_view p, DType d, std::string_view dp, const Quant& q,
                          bool is_rhs) {
     const std::string what = std::string(p) + "=" + to_string(q);

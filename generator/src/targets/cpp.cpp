@@ -253,7 +253,8 @@ class CppTarget final : public Target {
     ctx.set("rhs_traits", std::string(dtype_info(s.rhs).traits));
     ctx.set("out_traits", std::string(dtype_info(s.out).traits));
     ctx.set("scratch_bytes", std::to_string(scratch_bytes(s)));
-    // Quantized operands (DESIGN §7): scale schemes as GMMGEN_QUANT_* codes and block sizes.
+    // Quantized operands (docs/quantization.md): scale schemes as GMMGEN_QUANT_* codes and block
+    // sizes.
     const bool quant = codes::any_quantized(s);
     ctx.set("quant", mu::data(quant));
     ctx.set("quant_cpp", quant ? "true" : "false");

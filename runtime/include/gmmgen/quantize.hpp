@@ -1,5 +1,5 @@
-// The quantizers (DESIGN.md §7): f32 matrices to codes + f32 scales and back, with absmax or
-// fixed calibration, per tensor, channel or block, and the dual (row-wise and column-wise)
+// The quantizers (docs/quantization.md): f32 matrices to codes + f32 scales and back, with absmax
+// or fixed calibration, per tensor, channel or block, and the dual (row-wise and column-wise)
 // quantization of an activation. C API: gmmgen_quantize, gmmgen_quantize_dual,
 // gmmgen_dequantize (gmmgen/runtime_c.h).
 //

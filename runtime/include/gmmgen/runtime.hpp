@@ -42,9 +42,9 @@ struct TensorView {
   }
 };
 
-// The scales of a quantized operand (DESIGN.md §7): its scheme and the f32 scale array, laid out
-// as gmmgen/kernel_abi.h says ("Scales"), rows `ld` floats apart (0: packed). An operand of a
-// quantized dtype (i8, i4, nf4, t2: always; fp8: optionally) names its scheme here; the kernel
+// The scales of a quantized operand (docs/quantization.md): its scheme and the f32 scale array,
+// laid out as gmmgen/kernel_abi.h says ("Scales"), rows `ld` floats apart (0: packed). An operand
+// of a quantized dtype (i8, i4, nf4, t2: always; fp8: optionally) names its scheme here; the kernel
 // checks the scales it reads (finite and > 0).
 struct Scales {
   Quant scheme;  // kind kNone: the operand has no scales
@@ -58,7 +58,7 @@ struct GmmOptions {
   const TensorView* existing_out = nullptr;  // keep rows outside the active groups from here
   bool accumulate = false;                   // with existing_out: active rows add existing_out
   std::optional<Tiling> tiling;              // default: the heuristic (gmmgen/heuristics.h)
-  Scales lhs_scales, rhs_scales;             // quantized lhs / rhs (DESIGN.md §7)
+  Scales lhs_scales, rhs_scales;             // quantized lhs / rhs (docs/quantization.md)
 };
 
 struct TgmmOptions {
@@ -76,7 +76,7 @@ struct VjpTiling {
   std::optional<Tiling> forward, dlhs, drhs;
 };
 
-// The backward of a quantized forward (DESIGN.md §7; seeds 000 and 004). With a forward
+// The backward of a quantized forward (docs/quantization.md; seeds 000 and 004). With a forward
 // out = gmm(lhs codes 1xB, rhs codes) the products are
 //   dlhs = gmm(dout quantized 1xB along N, rhs codes read transposed: the same codes, the same
 //          scale array), drhs = tgmm(lhs codes Bx1 along M, dout quantized Bx1 along M),
@@ -152,7 +152,7 @@ class Runtime {
   Runtime(const Runtime&) = delete;
   Runtime& operator=(const Runtime&) = delete;
 
-  // out[r, :] = lhs[r, :] @ rhs[group of r] (DESIGN.md §1). lhs [M, K], rhs [G_local, K, N]
+  // out[r, :] = lhs[r, :] @ rhs[group of r] (docs/operations.md). lhs [M, K], rhs [G_local, K, N]
   // (or [G_local, N, K] with transpose_rhs), group_sizes [G], out [M, N]; dtypes from the views.
   void gmm(const TensorView& lhs, const TensorView& rhs, std::span<const int32_t> group_sizes,
            const TensorView& out, const GmmOptions& options = {});
@@ -162,7 +162,7 @@ class Runtime {
                       std::span<const int32_t> group_sizes, const TensorView& out,
                       const GmmOptions& options = {}) const;
 
-  // out[j] = lhs[rows of g]^T @ rhs[rows of g], g = group_offset + j (DESIGN.md §1).
+  // out[j] = lhs[rows of g]^T @ rhs[rows of g], g = group_offset + j (docs/operations.md).
   // lhs [M, K] (or [K, M] with lhs_transposed), rhs [M, N], out [G_local, K, N] (or
   // [G_local, N, K] with transpose_out).
   void tgmm(const TensorView& lhs, const TensorView& rhs, std::span<const int32_t> group_sizes,

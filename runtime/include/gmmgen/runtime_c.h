@@ -34,10 +34,11 @@ typedef struct gmmgen_tensor {
   int64_t ld;
 } gmmgen_tensor;
 
-/* The scales of a quantized operand (DESIGN.md §7), laid out as "Scales" in gmmgen/kernel_abi.h
- * says: scheme as in specs ("tensor", "channel", "block:B", "block:BxC"; NULL, "" or "none": no
- * scales, data NULL), f32 data (finite and > 0 where read), ld floats between rows (0: packed).
- * All zeros: no scales. An operand of dtype i8, i4, nf4 or t2 needs scales; fp8 may have them. */
+/* The scales of a quantized operand (docs/quantization.md), laid out as "Scales" in
+ * gmmgen/kernel_abi.h says: scheme as in specs ("tensor", "channel", "block:B", "block:BxC"; NULL,
+ * "" or "none": no scales, data NULL), f32 data (finite and > 0 where read), ld floats between rows
+ * (0: packed). All zeros: no scales. An operand of dtype i8, i4, nf4 or t2 needs scales; fp8 may
+ * have them. */
 typedef struct gmmgen_scales {
   const char* scheme;
   const float* data;
@@ -131,13 +132,13 @@ int gmmgen_runtime_register(gmmgen_runtime* runtime, const gmmgen_kernel_entry* 
 
 void gmmgen_runtime_get_stats(const gmmgen_runtime* runtime, gmmgen_runtime_stats* stats);
 
-/* ---- Quantizers (DESIGN.md §7; C++ API and the rules in detail: gmmgen/quantize.hpp) ----------
- * x is f32 row-major [rows, cols], x_ld elements apart; codes are [rows, cols] in the dtype's
- * storage (sub-byte codes packed along the row), codes_ld in elements (a multiple of the codes
- * per byte); scales f32, scales_ld apart; every ld 0 = packed. dtype: a quantized GMMGEN_DTYPE_*;
- * scheme as in specs: "tensor", "channel", "block:B", "block:BxC" ("none": fp8 cast, no scales);
- * calibration: "absmax" (NULL means absmax) or "fixed:LO:HI" (e.g. "fixed:-1.5:2"). axis: the
- * contraction axis, which decides the scale layout:
+/* ---- Quantizers (docs/quantization.md; C++ API and the rules in detail: gmmgen/quantize.hpp)
+ * ---------- x is f32 row-major [rows, cols], x_ld elements apart; codes are [rows, cols] in the
+ * dtype's storage (sub-byte codes packed along the row), codes_ld in elements (a multiple of the
+ * codes per byte); scales f32, scales_ld apart; every ld 0 = packed. dtype: a quantized
+ * GMMGEN_DTYPE_*; scheme as in specs: "tensor", "channel", "block:B", "block:BxC" ("none": fp8
+ * cast, no scales); calibration: "absmax" (NULL means absmax) or "fixed:LO:HI" (e.g.
+ * "fixed:-1.5:2"). axis: the contraction axis, which decides the scale layout:
  *   GMMGEN_QUANT_AXIS_COLS (gmm lhs [M, K], weights [N, K]): channel [rows]; block:B
  *     [rows, ceil(cols/B)]; block:BxC [ceil(rows/C), ceil(cols/B)];
  *   GMMGEN_QUANT_AXIS_ROWS (weights [K, N], tgmm operands): channel [cols]; block:B

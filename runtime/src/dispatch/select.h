@@ -1,5 +1,5 @@
 // Choosing a call's tiling: the caller's override, else the tuning table that covers the
-// problem, else the heuristic (DESIGN §4).
+// problem, else the heuristic (docs/runtime.md).
 #pragma once
 
 #include <optional>
@@ -19,7 +19,7 @@ struct TilingChoice {
   std::optional<Isa> isa;  // a table entry's ISA family, when it names one this CPU runs
 };
 
-// Where tuned tilings come from (tuning tables; DESIGN §5).
+// Where tuned tilings come from (tuning tables; docs/tuning.md).
 class TuningSource {
  public:
   virtual ~TuningSource() = default;

@@ -1,4 +1,4 @@
-// The on-disk cache of compiled kernels (DESIGN.md §4).
+// The on-disk cache of compiled kernels (docs/runtime.md).
 //
 // Layout under the root (created 0700):
 //   <key>/kernel.so     the shared object, reporting its key through gmmgen_cache_key()

@@ -1,4 +1,4 @@
-// Tuning tables (DESIGN.md §5): the tilings `gmm-gen tune` measured fastest on one device, per
+// Tuning tables (docs/tuning.md): the tilings `gmm-gen tune` measured fastest on one device, per
 // problem and per bucket of rows per group. This file is the format: parse, write, merge, match.
 // Where tables are found and how a call picks an entry is tuning/tables.h.
 //
@@ -95,7 +95,7 @@ Bucket bucket_of(double rows);
 // as nothing, so this never reads past group_sizes.
 double rows_per_group(std::span<const int32_t> group_sizes, int64_t group_offset, int64_t g_local);
 
-// The problem fields of a spec (DESIGN §5's "problem"), as text ("op=gmm,lhs=f32,...") and as
+// The problem fields of a spec (docs/tuning.md's "problem"), as text ("op=gmm,lhs=f32,...") and as
 // JSON. Both parse back with the spec parsers (the tiling left to the heuristic).
 std::string problem_text(const KernelSpec& s);
 nlohmann::ordered_json problem_json(const KernelSpec& s);

@@ -1,4 +1,4 @@
-// The tuning tables a runtime reads (DESIGN.md §5), in order, first match wins:
+// The tuning tables a runtime reads (docs/tuning.md), in order, first match wins:
 //   1. $GMMGEN_TUNING_DIR/*.json
 //   2. <cache folder>/tuning/*.json   (where `gmm-gen tune` writes by default)
 //   3. the tables shipped in runtime/tuning/ (compiled into the library)

@@ -1,7 +1,7 @@
-// gmm-gen bench (DESIGN §5, §10): times a kernel side by side with a per-group baseline in one
+// gmm-gen bench (docs/performance.md): times a kernel side by side with a per-group baseline in one
 // run, checks it, and reports GFLOP/s, the ratio to the baseline and the fraction of the
-// machine's measured FMA peak. Quantized kernels (DESIGN §7) run on random floats quantized by
-// the library's absmax quantizers; their baseline runs on the dequantized operands.
+// machine's measured FMA peak. Quantized kernels (docs/quantization.md) run on random floats
+// quantized by the library's absmax quantizers; their baseline runs on the dequantized operands.
 #pragma once
 
 #include <cstdint>
@@ -22,14 +22,15 @@ struct Workload {
   std::vector<int32_t> group_sizes;  // [G]
 };
 
-// Group sizes of a named distribution (DESIGN §5): uniform | zipf (s = 1.2 over 7/8 of the
-// groups, every 8th empty) | tiny (1..2*mean-1 rows, ~M/G on average) | decode (each row picks a
-// group at random) | sizes:a,b,... (explicit). The sum is m, except for explicit sizes, whose sum
+// Group sizes of a named distribution (docs/performance.md): uniform | zipf (s = 1.2 over 7/8 of
+// the groups, every 8th empty) | tiny (1..2*mean-1 rows, ~M/G on average) | decode (each row picks
+// a group at random) | sizes:a,b,... (explicit). The sum is m, except for explicit sizes, whose sum
 // must not exceed it. Throws InvalidArgument naming the rule.
 std::vector<int32_t> group_sizes(const std::string& dist, int32_t g, int64_t m, uint64_t seed);
 
-// The standard shapes of DESIGN §10 (S1..S4) for an op and dtypes: the spec, with the tiling the
-// runtime uses untuned for its workload (heuristic_tiling at its rows per group), and the workload.
+// The standard shapes of docs/performance.md (S1..S4) for an op and dtypes: the spec, with the
+// tiling the runtime uses untuned for its workload (heuristic_tiling at its rows per group), and
+// the workload.
 struct Shape {
   KernelSpec spec;
   Workload work;
@@ -68,8 +69,9 @@ KernelSpec with_quant(const KernelSpec& spec, const QuantPreset& p);
 // The weight gradient of a preset's forward, where it runs on codes: with fp8 activations in
 // 1-D blocks of B (fp8-block), gmm_vjp's drhs = tgmm(lhs, dout) reads the activations in blocks of
 // B rows along M (their column-wise copy from quantize_dual) and dout quantized to its default
-// gradient dtype, f8e5m2 in blocks of B (DESIGN.md §7): `tgmm` (a tgmm spec) with those dtypes
-// and schemes. nullopt for every other preset (their weight gradients take float activations).
+// gradient dtype, f8e5m2 in blocks of B (docs/quantization.md): `tgmm` (a tgmm spec) with those
+// dtypes and schemes. nullopt for every other preset (their weight gradients take float
+// activations).
 std::optional<KernelSpec> weight_gradient(const KernelSpec& tgmm, const QuantPreset& p);
 
 // Whether either operand of the spec holds codes (i8, i4, nf4, t2, fp8).
@@ -115,7 +117,7 @@ struct Options {
 struct Row {
   std::string shape, op, lhs, rhs, out, kernel;
   std::string lhs_quant, rhs_quant;  // scale schemes ("none" for float operands)
-  bool quantized = false;            // an operand holds codes (DESIGN §7)
+  bool quantized = false;            // an operand holds codes (docs/quantization.md)
   int64_t m = 0, k = 0, n = 0, g = 0;
   double flops = 0;  // 2 * rows in groups * K * N
   double ms = 0, gflops = 0;
@@ -138,13 +140,13 @@ struct Row {
 // baseline, each warmed up, then timed `reps` times; both outputs are checked against a float64
 // reference on sampled elements. Quantized operands: uniform [-1, 1) floats quantized by
 // gmmgen::quantize (absmax, the spec's scheme), the scales passed in gmmgen_args; the reference
-// is the exact decoded value times its scale, within the checker's quantized bound (DESIGN §7,
-// gmmgen/verify/checker.h); the baseline runs on gmmgen::dequantize's values rounded to
-// activation_dtype and is checked against the float64 product of exactly those values.
+// is the exact decoded value times its scale, within the checker's quantized bound
+// (docs/quantization.md, gmmgen/verify/checker.h); the baseline runs on gmmgen::dequantize's values
+// rounded to activation_dtype and is checked against the float64 product of exactly those values.
 // float_spec (quantized rows): gmm-gen's kernel of float_counterpart(spec) (any tiling), run on
 // the baseline's operands and timed with the others, fills float_gflops and vs_float.
 // The kernel, the float kernel and the baseline are timed round robin, one run of each per
-// round, so that all of them meet the same machine (DESIGN §10: side by side in one run).
+// round, so that all of them meet the same machine (docs/performance.md: side by side in one run).
 Row run(Runtime& rt, const KernelSpec& spec, const Workload& work, const Options& o,
         const Machine& machine, const KernelSpec* float_spec = nullptr);
 

@@ -18,7 +18,7 @@ namespace gmmgen {
 // holds NaN. Rows of lhs (and of tgmm's rhs) outside the active groups hold NaN: a kernel that
 // reads them poisons its result. Outputs are NaN before the run.
 //
-// Quantized operands (DESIGN.md §7) hold random valid codes (i8 [-127, 127], i4 [-7, 7], t2
+// Quantized operands (docs/quantization.md) hold random valid codes (i8 [-127, 127], i4 [-7, 7], t2
 // {-1, 0, +1}, nf4 0..15; fp8 finite codes, mostly the nearest to uniform values, sometimes any
 // code, the largest magnitudes included), sub-byte ones packed along the stored row, and f32
 // scales laid out as kernel_abi.h's "Scales" says: random positive, 2^e * [1, 2) /
@@ -74,8 +74,8 @@ struct CheckResult {
 //   u_out*|ref| + (terms + c) * u * (S + |existing_out| when accumulating).
 // Float operands: c = 2, terms = K (gmm) or the group's rows (tgmm): one rounding to the output
 // dtype plus f32 summation of `terms` products.
-// Quantized operands (DESIGN.md §7): c = 4. The kernel sums each scale block's partial product
-// P_b (L terms: L roundings) in f32 on the decoded codes, which are exact in f32, rounds
+// Quantized operands (docs/quantization.md): c = 4. The kernel sums each scale block's partial
+// product P_b (L terms: L roundings) in f32 on the decoded codes, which are exact in f32, rounds
 // s_lhs*s_rhs (1), and adds its product with P_b to the blocks before in one fused multiply-add
 // (1 per block): at most L + blocks + 1 roundings, each of at most u*S. Blocks nest (powers of
 // two), so L * blocks covers the terms: L + blocks <= terms + 1 for gmm, terms + 2 for tgmm (a

@@ -1,17 +1,17 @@
-# Rewrites the README's spec table (between <!-- spec-fields:begin --> and
+# Rewrites the spec field table of docs/spec.md (between <!-- spec-fields:begin --> and
 # <!-- spec-fields:end -->) from the field table: `gmm-gen describe --fields`.
-# Usage: cmake -DCLI=<gmm-gen> -DREADME=<README.md> -P UpdateReadme.cmake
+# Usage: cmake -DCLI=<gmm-gen> -DDOC=<docs/spec.md> -P UpdateSpecTable.cmake
 execute_process(COMMAND "${CLI}" describe --fields OUTPUT_VARIABLE table RESULT_VARIABLE rc)
 if(NOT rc EQUAL 0)
   message(FATAL_ERROR "gmm-gen describe --fields failed (${rc})")
 endif()
-file(READ "${README}" text)
+file(READ "${DOC}" text)
 set(begin "<!-- spec-fields:begin -->\n")
 set(end "<!-- spec-fields:end -->")
 string(FIND "${text}" "${begin}" b)
 string(FIND "${text}" "${end}" e)
 if(b EQUAL -1 OR e EQUAL -1)
-  message(FATAL_ERROR "${README} has no spec-fields markers")
+  message(FATAL_ERROR "${DOC} has no spec-fields markers")
 endif()
 string(LENGTH "${begin}" blen)
 math(EXPR content_start "${b} + ${blen}")
@@ -19,5 +19,5 @@ string(SUBSTRING "${text}" 0 ${content_start} head)
 string(SUBSTRING "${text}" ${e} -1 tail)
 set(new "${head}${table}${tail}")
 if(NOT new STREQUAL text)
-  file(WRITE "${README}" "${new}")
+  file(WRITE "${DOC}" "${new}")
 endif()
