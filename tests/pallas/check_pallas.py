@@ -460,6 +460,8 @@ def check_quantized(ctx, what, a, codes, scales, dtype, blocks):
     differently on each platform, so a tie may go either way), saturating. Returns the values
     (float64) of codes times scales."""
     np, jnp = ctx.np, ctx.jnp
+    if a.size == 0:  # M = 0: nothing to quantize
+        return np.zeros(a.shape)
     sizes = [b or n for n, b in zip(a.shape, blocks)]
     pad = [(0, -(-n // b) * b - n) for n, b in zip(a.shape, sizes)]
     shape = [d for n, b in zip(a.shape, sizes) for d in (-(-n // b), b)]
