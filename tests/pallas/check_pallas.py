@@ -486,10 +486,11 @@ def check_quantized(ctx, what, a, codes, scales, dtype, blocks):
 
 
 def check_training_vjp(mod, case, ctx, where):
-    """differentiable_gmm of a module that quantizes float operands (training): the forward
-    against the float64 product of the operands quantized here by the spec's absmax quantizer
-    (rows outside the active groups as zeros), and the VJP against the dequantized operands'
-    (straight-through): for fp8 block scales on both sides, dout quantized to e5m2 (rows in
+    """differentiable_gmm of a module that quantizes float operands (training): its quantizer
+    (quantize_lhs, quantize_rhs, and for the fp8 recipe the one it applies to dout and lhs's
+    columns) against the spec's absmax quantizer (check_quantized); then, on the module's own
+    codes, the forward against the float64 product of the dequantized operands (rows outside the
+    active groups as zeros), and the VJP against the dequantized operands' (straight-through): for fp8 block scales on both sides, dout quantized to e5m2 (rows in
     blocks of the weights' N-block, columns in blocks of lhs's block of global rows), dlhs =
     dout's rows x the weights^T, drhs = lhs's columns^T x dout's columns; otherwise dlhs = dout x
     the weights^T, drhs = lhs^T x dout, all dequantized. Each also within a loose distance of
