@@ -385,8 +385,8 @@ def random_codes(np, jnp, rng, dtype, shape):
 
 
 def scale_layout(np, scheme, rows, k, n, groups, transposed, is_rhs):
-    """The shape of a scheme's scales (DESIGN's layouts) and a function that expands them to a
-    scale per element: lhs [rows, k], rhs [groups, k, n]."""
+    """The shape of a scheme's scales (the layouts of docs/quantization.md) and a function that
+    expands them to a scale per element: lhs [rows, k], rhs [groups, k, n]."""
     if scheme == "none":
         return None, None
     if scheme == "tensor":

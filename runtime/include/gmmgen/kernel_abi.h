@@ -37,7 +37,7 @@
  *                                  int32_t start_group, int32_t num_nonzero_groups,
  *                                  int visit_empty_groups, int32_t* group_offsets,
  *                                  int32_t* group_ids, int32_t* m_tile_ids, int64_t* num_tiles);
- *       The megablox metadata builder for this kernel's tm (see README, "Metadata").
+ *       The megablox metadata builder for this kernel's tm (docs/operations.md, "Group metadata").
  *       group_offsets has num_groups + 1 entries; group_ids and m_tile_ids have
  *       ceil(m / tm) + num_groups - 1 entries (at least 1). Returns GMMGEN_OK or
  *       GMMGEN_ERR_INVALID_ARGUMENT.
@@ -57,7 +57,7 @@
  * row; their leading dimensions (in elements) must be multiples of the elements per byte, and a
  * "packed" row is its length rounded up to whole bytes.
  *
- * Scales (DESIGN.md §7), f32, one array per quantized operand, with rows *_scale_ld apart:
+ * Scales (docs/quantization.md), f32, one array per quantized operand, with rows *_scale_ld apart:
  *   gmm lhs [M, K]:  tensor [1]; channel [M]; block:B [M, ceil(K/B)].
  *   gmm rhs:         tensor [1]; channel [G_local, N];
  *                    block:B   [G_local, ceil(K/B), N]   ([G_local, N, ceil(K/B)] if
@@ -113,7 +113,7 @@ extern "C" {
 #define GMMGEN_DTYPE_ENUM_(name, code) GMMGEN_DTYPE_##name = code,
 enum { GMMGEN_DTYPES(GMMGEN_DTYPE_ENUM_) GMMGEN_DTYPE_COUNT_ };
 
-/* Scale schemes of a quantized operand (DESIGN.md §7), in gmmgen_kernel_info.*_quant. */
+/* Scale schemes of a quantized operand (docs/quantization.md), in gmmgen_kernel_info.*_quant. */
 #define GMMGEN_QUANT_NONE 0    /* no scales: the codes are the values */
 #define GMMGEN_QUANT_TENSOR 1  /* one scale */
 #define GMMGEN_QUANT_CHANNEL 2 /* one scale per row (lhs) or output column (rhs) */
