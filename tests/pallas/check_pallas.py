@@ -384,6 +384,12 @@ def random_codes(np, jnp, rng, dtype, shape):
     return jnp.asarray(packed.astype(np.uint8)), values.astype(np.float64)
 
 
+def random_scales(np, rng, shape):
+    """f32 scales of a quantized operand: 2^[-3, 3] times [1, 2)."""
+    return (np.exp2(rng.integers(-3, 4, size=shape)) *
+            rng.uniform(1, 2, size=shape)).astype(np.float32)
+
+
 def scale_layout(np, scheme, rows, k, n, groups, transposed, is_rhs):
     """The shape of a scheme's scales (the layouts of docs/quantization.md) and a function that
     expands them to a scale per element: lhs [rows, k], rhs [groups, k, n]."""
@@ -641,14 +647,12 @@ def check_qgmm_module(mod, case, ctx):
     lhs_s = rhs_s = None
     xs, ws = np.ones((m, K)), np.ones((GL, K, N))
     if lshape is not None:
-        s = np.exp2(rng.integers(-3, 4, size=lshape)) * rng.uniform(1, 2, size=lshape)
-        s = s.astype(np.float32).astype(np.float64)
+        s = random_scales(np, rng, lshape).astype(np.float64)
         if f["lhs_quant"] != "tensor":
             s[:lo], s[hi:] = np.nan, np.nan  # rows outside the active groups: not read
         xs, lhs_s = lexpand(s), jnp.asarray(s.astype(np.float32))
     if rshape is not None:
-        s = np.exp2(rng.integers(-3, 4, size=rshape)) * rng.uniform(1, 2, size=rshape)
-        s = s.astype(np.float32).astype(np.float64)
+        s = random_scales(np, rng, rshape).astype(np.float64)
         if f["rhs_quant"] != "tensor":
             for j in range(GL):
                 if sizes[go + j] == 0:
@@ -730,8 +734,7 @@ def check_qtgmm_module(mod, case, ctx):
             codes = jnp.asarray(v.astype(np.float32)).astype(codes.dtype)
         scheme = f[f"{side}_quant"]
         shape, expand = tgmm_scale_layout(np, scheme, m, width)
-        s = np.exp2(rng.integers(-3, 4, size=shape)) * rng.uniform(1, 2, size=shape)
-        s = s.astype(np.float32).astype(np.float64)
+        s = random_scales(np, rng, shape).astype(np.float64)
         if scheme.startswith("block:"):
             b = int(scheme[len("block:"):])
             for blk in range(shape[0]):  # blocks without an active row: not read

@@ -160,8 +160,7 @@ def check_pair(np, jnp, rng, mod, kernel, interpret):
                                                           N, GL, mod.TRANSPOSE_RHS, i == 1)
                 if shape is None:
                     continue
-                s = (np.exp2(rng.integers(-3, 4, size=shape)) *
-                     rng.uniform(1, 2, size=shape)).astype(np.float32)
+                s = check_pallas.random_scales(np, rng, shape)
                 scales[i] = s
                 if i == 0:
                     x64 = x64 * expand(s.astype(np.float64))
@@ -187,8 +186,7 @@ def check_pair(np, jnp, rng, mod, kernel, interpret):
                 codes, v = check_pallas.random_codes(np, jnp, rng, fields[side], (m, width))
                 shape, expand = check_pallas.tgmm_scale_layout(np, fields[side + "_quant"], m,
                                                                width)
-                s = (np.exp2(rng.integers(-3, 4, size=shape)) *
-                     rng.uniform(1, 2, size=shape)).astype(np.float32)
+                s = check_pallas.random_scales(np, rng, shape)
                 scales[i] = s
                 operands += [codes, v * expand(s.astype(np.float64))]
             x, x64, y, y64 = operands
