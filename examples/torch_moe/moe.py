@@ -22,13 +22,16 @@ class ExpertsFn(torch.autograd.Function):
     """y = gmm(silu(h0) * h1, w_out), [h0 | h1] = gmm(xs, w_in), on rows sorted by expert."""
 
     @staticmethod
-    def forward(ctx, xs, w_in, w_out, group_sizes):
-        h = gmmgen.gmm(xs, w_in, group_sizes)  # [rows, 2F]
+    def forward(ctx, xs, w_in, w_out, group_sizes, group_offset=0):
+        # w_in, w_out hold the experts group_offset .. group_offset + G_local - 1 of the
+        # len(group_sizes) experts (a shard's, under expert parallelism).
+        h = gmmgen.gmm(xs, w_in, group_sizes, group_offset=group_offset)  # [rows, 2F]
         f = w_out.shape[1]
         h0, h1 = h[:, :f], h[:, f:]
         a = F.silu(h0) * h1  # [rows, F]
         ctx.save_for_backward(xs, w_in, w_out, group_sizes, h)
-        return gmmgen.gmm(a, w_out, group_sizes)
+        ctx.group_offset = group_offset
+        return gmmgen.gmm(a, w_out, group_sizes, group_offset=group_offset)
 
     @staticmethod
     def backward(ctx, dy):
@@ -39,10 +42,10 @@ class ExpertsFn(torch.autograd.Function):
         silu = h0 * s
         a = silu * h1
         # da = dy @ w_out[e]^T per expert row, dw_out = tgmm(a, dy).
-        da, dw_out = gmmgen.gmm_vjp(dy, a, w_out, group_sizes)
+        da, dw_out = gmmgen.gmm_vjp(dy, a, w_out, group_sizes, group_offset=ctx.group_offset)
         dh = torch.cat([da * h1 * (s * (1 + h0 * (1 - s))), da * silu], dim=1)
-        dxs, dw_in = gmmgen.gmm_vjp(dh, xs, w_in, group_sizes)
-        return dxs, dw_in, dw_out, None
+        dxs, dw_in = gmmgen.gmm_vjp(dh, xs, w_in, group_sizes, group_offset=ctx.group_offset)
+        return dxs, dw_in, dw_out, None, None
 
 
 def route(x, w_router, top_k):
