@@ -5,8 +5,8 @@ Rank r holds experts [r * E_local, (r + 1) * E_local) (w_in_local [E_local, D, 2
 [E_local, F, D]) and its own tokens. ShardedMoE routes them, sends each (token, expert) pair's
 row to the rank that holds the expert with all_to_all_single (dispatch; the per-expert counts
 travel first, so every rank knows what it receives), runs its experts on the rows it received
-with group_offset = r * E_local (moe.ExpertsFn on gmmgen's kernels), sends the rows back the same
-way (combine) and sums each token's experts weighted by the routing. The row exchanges are
+with group_offset = r * E_local (moe.expert_ffn: gmmgen.differentiable_gmm), sends the rows
+back the same way (combine) and sums each token's experts weighted by the routing. The row exchanges are
 torch.distributed.nn.functional.all_to_all_single, which autograd differentiates (its backward
 is the reverse exchange), so loss.backward() gives each rank the gradients of its experts in full
 and its share of the router's (all-reduce it, as data parallelism would). Exchanges are ragged:
@@ -28,7 +28,7 @@ import torch.multiprocessing as mp
 from torch.distributed.nn.functional import all_to_all_single as exchange
 
 import gmmgen
-from moe import ExpertsFn, moe_layer, route
+from moe import expert_ffn, moe_layer, route
 
 
 class ShardedMoE:
@@ -76,7 +76,7 @@ class ShardedMoE:
         if w_in_local.shape[0] != self.e_local or w_out_local.shape[0] != self.e_local:
             raise ValueError(f"rank {self.rank} holds E_local={self.e_local} experts; got w_in "
                              f"{tuple(w_in_local.shape)}, w_out {tuple(w_out_local.shape)}")
-        return ExpertsFn.apply(rows, w_in_local, w_out_local, group_sizes, self.first)
+        return expert_ffn(rows, w_in_local, w_out_local, group_sizes, self.first)
 
     def combine(self, ys, state):
         by_expert, order, weights, send, recv = state

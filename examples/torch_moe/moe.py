@@ -4,12 +4,13 @@
 
 Route: each token picks its top_k experts by router logit, weighted by the softmax of those
 logits. Sort: the (token, expert) pairs are ordered by expert, so each expert's rows are
-contiguous (group_sizes[e] rows for expert e). Experts (ExpertsFn, a torch.autograd.Function):
+contiguous (group_sizes[e] rows for expert e). Experts (expert_ffn):
 h = gmm(xs, w_in) with w_in [E, D, 2F] holding each expert's w0 | w1, a = silu(h0) * h1 (h1 is
-the gate), y = gmm(a, w_out) with w_out [E, F, D]. Unsort and combine: each token sums its
-experts' rows, times the routing weights. The backward of the experts is gmmgen.gmm_vjp (dlhs
-by gmm against the transposed weights, dw by tgmm); routing, sorting and combining are plain
-torch ops that autograd differentiates (so the router weights get their gradient too).
+the gate), y = gmm(a, w_out) with w_out [E, F, D], both gmmgen.differentiable_gmm, whose
+backward is gmmgen.gmm_vjp (dlhs by gmm against the transposed weights, dw by tgmm). Unsort and
+combine: each token sums its experts' rows, times the routing weights. Routing, sorting, the
+activation and combining are plain torch ops that autograd differentiates (so the router
+weights get their gradient too).
 """
 
 import torch
@@ -18,34 +19,14 @@ import torch.nn.functional as F
 import gmmgen
 
 
-class ExpertsFn(torch.autograd.Function):
-    """y = gmm(silu(h0) * h1, w_out), [h0 | h1] = gmm(xs, w_in), on rows sorted by expert."""
-
-    @staticmethod
-    def forward(ctx, xs, w_in, w_out, group_sizes, group_offset=0):
-        # w_in, w_out hold the experts group_offset .. group_offset + G_local - 1 of the
-        # len(group_sizes) experts (a shard's, under expert parallelism).
-        h = gmmgen.gmm(xs, w_in, group_sizes, group_offset=group_offset)  # [rows, 2F]
-        f = w_out.shape[1]
-        h0, h1 = h[:, :f], h[:, f:]
-        a = F.silu(h0) * h1  # [rows, F]
-        ctx.save_for_backward(xs, w_in, w_out, group_sizes, h)
-        ctx.group_offset = group_offset
-        return gmmgen.gmm(a, w_out, group_sizes, group_offset=group_offset)
-
-    @staticmethod
-    def backward(ctx, dy):
-        xs, w_in, w_out, group_sizes, h = ctx.saved_tensors
-        f = w_out.shape[1]
-        h0, h1 = h[:, :f], h[:, f:]
-        s = torch.sigmoid(h0)
-        silu = h0 * s
-        a = silu * h1
-        # da = dy @ w_out[e]^T per expert row, dw_out = tgmm(a, dy).
-        da, dw_out = gmmgen.gmm_vjp(dy, a, w_out, group_sizes, group_offset=ctx.group_offset)
-        dh = torch.cat([da * h1 * (s * (1 + h0 * (1 - s))), da * silu], dim=1)
-        dxs, dw_in = gmmgen.gmm_vjp(dh, xs, w_in, group_sizes, group_offset=ctx.group_offset)
-        return dxs, dw_in, dw_out, None, None
+def expert_ffn(xs, w_in, w_out, group_sizes, group_offset=0):
+    """y = gmm(silu(h0) * h1, w_out), [h0 | h1] = gmm(xs, w_in), on rows sorted by expert.
+    w_in, w_out hold the experts group_offset .. group_offset + G_local - 1 of the
+    len(group_sizes) experts (a shard's, under expert parallelism)."""
+    h = gmmgen.differentiable_gmm(xs, w_in, group_sizes, group_offset=group_offset)  # [rows, 2F]
+    f = w_out.shape[1]
+    a = F.silu(h[:, :f]) * h[:, f:]  # [rows, F]
+    return gmmgen.differentiable_gmm(a, w_out, group_sizes, group_offset=group_offset)
 
 
 def route(x, w_router, top_k):
@@ -64,7 +45,7 @@ def moe_layer(x, w_router, w_in, w_out, top_k=2):
     order = torch.argsort(flat, stable=True)  # pairs sorted by expert
     group_sizes = torch.bincount(flat, minlength=experts_n).to(torch.int32)
     xs = x[order // top_k]  # [T * k, D], expert-contiguous
-    ys = ExpertsFn.apply(xs, w_in, w_out, group_sizes)
+    ys = expert_ffn(xs, w_in, w_out, group_sizes)
     y_pairs = torch.empty_like(ys).index_copy(0, order, ys)  # unsort: back to pair order
     y_pairs = y_pairs.view(tokens, top_k, -1)
     return (y_pairs * weights.unsqueeze(-1)).sum(dim=1)

@@ -4,6 +4,7 @@
     out = gmmgen.gmm(lhs, rhs, group_sizes)          # lhs [M, K], rhs [G, K, N] -> [M, N]
     drhs = gmmgen.tgmm(lhs, dout, group_sizes)       # -> [G, K, N]
     dlhs, drhs = gmmgen.gmm_vjp(dout, lhs, rhs, group_sizes)
+    out = gmmgen.differentiable_gmm(x, w, group_sizes)  # torch: autograd runs gmm_vjp
 
 Arrays: numpy arrays, torch tensors (CPU) or any CPU object with __dlpack__, read in place (no
 copy) when their layout has a row stride (see gmmgen._arrays); results are numpy arrays, or
@@ -21,9 +22,10 @@ from ._arrays import DTYPE_BITS, DTYPE_CODES
 from ._gmmgen import CacheError, CompileError, JitDisabledError
 from ._gmmgen import __version__
 from . import _gmmgen
+from ._torch import differentiable_gmm
 from ._tune import tune
 
-__all__ = ["gmm", "tgmm", "gmm_vjp", "quantize", "dequantize", "Quantized", "tune", "cache_dir",
+__all__ = ["gmm", "tgmm", "gmm_vjp", "differentiable_gmm", "quantize", "dequantize", "Quantized", "tune", "cache_dir",
            "configure", "stats", "to_bf16", "from_bf16", "CompileError", "CacheError",
            "JitDisabledError", "__version__"]
 

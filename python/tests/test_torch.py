@@ -78,6 +78,28 @@ class TorchTest(unittest.TestCase):
         assert_close(self, dlhs, ref_gmm(dout, self.rhs, SIZES, transpose_rhs=True),
                      ref_gmm(np.abs(dout), np.abs(self.rhs), SIZES, transpose_rhs=True))
 
+    def test_differentiable_gmm_gradients(self):
+        # The shard's groups (OFFSET..), rhs as stored and transposed; autograd against float64.
+        dout = rng(43).standard_normal((M, N)).astype(np.float32)
+        w = self.rhs[OFFSET:OFFSET + G_LOCAL]
+        for tr in (False, True):
+            stored = np.ascontiguousarray(w.transpose(0, 2, 1)) if tr else w
+            lhs, rhs = t(self.lhs).requires_grad_(), t(stored).requires_grad_()
+            out = gmmgen.differentiable_gmm(lhs, rhs, torch.from_numpy(SIZES), group_offset=OFFSET,
+                                            transpose_rhs=tr)
+            out.backward(t(dout))
+            assert_close(self, out, ref_gmm(self.lhs, stored, SIZES, OFFSET, tr),
+                         ref_gmm(np.abs(self.lhs), np.abs(stored), SIZES, OFFSET, tr), what="out")
+            assert_close(self, lhs.grad, ref_gmm(dout, stored, SIZES, OFFSET, not tr),
+                         ref_gmm(np.abs(dout), np.abs(stored), SIZES, OFFSET, not tr), what="dlhs")
+            dw = ref_tgmm(self.lhs, dout, SIZES, OFFSET, G_LOCAL)
+            dw_bound = ref_tgmm(np.abs(self.lhs), np.abs(dout), SIZES, OFFSET, G_LOCAL)
+            if tr:
+                dw, dw_bound = dw.transpose(0, 2, 1), dw_bound.transpose(0, 2, 1)
+            assert_close(self, rhs.grad, dw, dw_bound, what="drhs")
+        with self.assertRaisesRegex(TypeError, "differentiable_gmm takes torch tensors"):
+            gmmgen.differentiable_gmm(self.lhs, self.rhs, SIZES)
+
     def test_non_contiguous_is_copied(self):
         lhs_t = t(np.ascontiguousarray(self.lhs.T)).t()  # [M, K] with column-major strides
         out = gmmgen.gmm(lhs_t, t(self.rhs), SIZES)
