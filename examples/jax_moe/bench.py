@@ -10,13 +10,10 @@ On the CPU the kernels run in Pallas's generic interpreter and the "devices" sha
 cores: the figures show the cost of the exchange and that every mesh runs, not a speed-up.
 """
 
-import os
-
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                           " --xla_force_host_platform_device_count=4").strip()
+import check  # first: it sets JAX_PLATFORMS and the 4 host devices before JAX loads
 
 import argparse
+import os
 import re
 import shutil
 import statistics
@@ -25,10 +22,8 @@ import tempfile
 import time
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 
-import check
 import moe
 
 _SHAPE = re.compile(r"(f32|s32|bf16)\[([0-9,]*)\]")

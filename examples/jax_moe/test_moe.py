@@ -3,17 +3,13 @@
 with experts that receive no token; and the errors for a mesh that does not split the experts.
 The gmm-gen to emit with: $GMM_GEN, else the one on PATH."""
 
+import check  # first: it sets JAX_PLATFORMS and the 4 host devices before JAX loads
+
 import os
-
-os.environ.setdefault("JAX_PLATFORMS", "cpu")
-os.environ["XLA_FLAGS"] = (os.environ.get("XLA_FLAGS", "") +
-                           " --xla_force_host_platform_device_count=4").strip()
-
 import shutil
 import tempfile
 import unittest
 
-import check
 import moe
 
 
