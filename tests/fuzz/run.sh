@@ -27,17 +27,19 @@ trap 'rm -rf "$work"' EXIT
 
 if [ -z "$fuzzer" ]; then
   echo "fuzz: building in $work"
+  # The repository as a clang++ sanitizer build, of which only the fuzzer and what it links.
   # -O1 -g1: quick to build, line numbers in a finding's stack.
-  if ! cmake -S "$here" -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+  if ! cmake -S "$here/../.." -B "$work/build" -G Ninja -DCMAKE_BUILD_TYPE=Debug \
        -DCMAKE_CXX_FLAGS_DEBUG="-O1 -g1" -DCMAKE_C_FLAGS_DEBUG="-O1 -g1" \
        -DCMAKE_CXX_COMPILER="${CXX:-clang++}" -DCMAKE_C_COMPILER="${CC:-clang}" \
-       >"$work/build.log" 2>&1 ||
-     ! cmake --build "$work/build" --target spec_fuzzer >>"$work/build.log" 2>&1; then
+       -DGMMGEN_SANITIZE=ON -DGMMGEN_PYTHON=OFF -DGMMGEN_BUILD_EXAMPLES=OFF \
+       -DGMMGEN_TEST_KERNELS=smoke >"$work/build.log" 2>&1 ||
+     ! cmake --build "$work/build" --target gmmgen_spec_fuzzer >>"$work/build.log" 2>&1; then
     cat "$work/build.log"
     echo "fuzz: the build failed" >&2
     exit 1
   fi
-  fuzzer=$work/build/spec_fuzzer
+  fuzzer=$work/build/tests/gmmgen_spec_fuzzer
 fi
 
 # New inputs go to a scratch corpus (first folder); the checked-in seeds are only read.
