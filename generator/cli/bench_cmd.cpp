@@ -26,21 +26,22 @@ struct BenchOptions {
 // timed again beside it).
 struct Job {
   KernelSpec spec;
+  std::string tiling_source;  // to_string(TilingChoice)
   bench::Workload work;
   int float_job = -1;
 };
 
-// Adds f, the float counterpart of a quantized job, unless the list already has it, then the job.
-void add_quantized(std::vector<Job>& jobs, const KernelSpec& spec, const KernelSpec& f,
-                   const bench::Workload& w) {
+// Adds f, the float counterpart of a quantized job q, unless the list already has it, then q.
+void add_quantized(std::vector<Job>& jobs, const Job& q, const Job& f) {
   auto same = [&](const Job& j) {
-    return j.spec == f && j.work.shape == w.shape && j.work.m == w.m &&
-           j.work.group_sizes == w.group_sizes;
+    return j.spec == f.spec && j.work.shape == f.work.shape && j.work.m == f.work.m &&
+           j.work.group_sizes == f.work.group_sizes;
   };
   auto it = std::find_if(jobs.begin(), jobs.end(), same);
   int index = int(it - jobs.begin());
-  if (it == jobs.end()) jobs.push_back({f, w, -1});
-  jobs.push_back({spec, w, index});
+  if (it == jobs.end()) jobs.push_back(f);
+  jobs.push_back(q);
+  jobs.back().float_job = index;
 }
 
 // "lhs x rhs -> out", with the scale schemes of quantized operands: bf16xi8@channel->f32.
@@ -83,10 +84,23 @@ int run_bench(const BenchOptions& o) {
   // --quant: gmm with each preset's dtypes, after its float counterpart), or the given specs on
   // --m rows split by --dist. Every quantized row runs after its float counterpart.
   std::vector<Job> jobs;
-  // A standard shape's spec with the --isa/--tm/--tk/--tn given.
-  const auto with_flags = [&](KernelSpec spec) {
-    for (const auto& [key, value] : o.specs.flags) set_field(spec_field(key), spec, value);
-    return spec;
+  RuntimeOptions ro;
+  ro.num_threads = o.threads;
+  Runtime rt(ro);
+  // A row's tiling: as the runtime tiles the call (its tuning tables, else the heuristic; a table
+  // entry's ISA family too, unless --isa is given), or the spec's own when it names one; a
+  // standard shape's --tm/--tk/--tn override the tiling chosen.
+  const auto tiled = [&](KernelSpec spec, const bench::Workload& w, bool spec_tiling) {
+    bool isa_flag = false, tile_flags = false;
+    for (const auto& [key, value] : o.specs.flags)
+      if (key == "isa") set_field(spec_field(key), spec, value), isa_flag = true;
+    if (spec_tiling) return Job{spec, "override", w};
+    const TilingChoice c = bench::workload_tiling(rt, spec, w);
+    spec.tiling = c.tiling;
+    if (c.isa && !isa_flag) spec.isa = *c.isa;
+    for (const auto& [key, value] : o.specs.flags)
+      if (is_tiling_key(key)) set_field(spec_field(key), spec, value), tile_flags = true;
+    return Job{spec, tile_flags ? "override" : to_string(c), w};
   };
   if (!o.shapes.empty()) {
     // The standard shapes set every field but the family and the tiling: --isa and --tm/--tk/--tn
@@ -113,20 +127,18 @@ int run_bench(const BenchOptions& o) {
       for (const Kind& k : kinds)
         for (const auto& name : names) {
           const bench::Shape s = bench::standard_shape(name, k.op, k.lhs, k.rhs, k.out);
-          const KernelSpec spec = with_flags(s.spec);
+          Job job = tiled(s.spec, s.work, false);
           ++candidates;
-          if (o.filter.matches(spec)) jobs.push_back({spec, s.work, -1});
+          if (o.filter.matches(job.spec)) jobs.push_back(std::move(job));
         }
     } else {
-      // A quantized row beside its float counterpart, each tiled as the runtime tiles its
-      // problem (the float kernel's tiling may differ), then the flags.
-      const auto add_row = [&](KernelSpec q, const bench::Workload& work) {
-        KernelSpec f = bench::float_counterpart(q);
-        q.tiling = bench::workload_tiling(q, work);
-        f.tiling = bench::workload_tiling(f, work);
-        q = with_flags(q), f = with_flags(f);
+      // A quantized row beside its float counterpart, each tiled for its own problem (the
+      // float kernel's tiling may differ).
+      const auto add_row = [&](const KernelSpec& q, const bench::Workload& work) {
+        const Job qj = tiled(q, work, false);
         ++candidates;
-        if (o.filter.matches(q)) add_quantized(jobs, q, f, work);
+        if (o.filter.matches(qj.spec))
+          add_quantized(jobs, qj, tiled(bench::float_counterpart(q), work, false));
       };
       for (const auto& name : names) {
         const bench::Shape s =
@@ -142,26 +154,48 @@ int run_bench(const BenchOptions& o) {
     }
     if (jobs.empty()) o.filter.no_match(candidates);
   } else {
-    for (const auto& spec : o.filter.apply(o.specs.specs())) {
+    // A spec that names no tiling runs at the runtime's for the workload (as a call would).
+    const auto entries = o.specs.entries();
+    for (const SpecEntry& e : entries) {
       bench::Workload w;
       w.shape = "custom";
       w.m = o.m;
-      w.group_sizes = bench::group_sizes(o.dist, int32_t(spec.g), o.m, 12345);
-      if (bench::is_quantized(spec))
-        add_quantized(jobs, spec, bench::float_counterpart(spec), w);
-      else
-        jobs.push_back({spec, w, -1});
+      w.group_sizes = bench::group_sizes(o.dist, int32_t(e.spec.g), o.m, 12345);
+      const Job job = tiled(e.spec, w, e.tiling_given);
+      if (!o.filter.matches(job.spec)) continue;
+      if (bench::is_quantized(e.spec)) {
+        KernelSpec f = bench::float_counterpart(e.spec);
+        add_quantized(jobs, job, tiled(f, w, e.tiling_given));
+      } else {
+        jobs.push_back(job);
+      }
     }
+    if (jobs.empty()) o.filter.no_match(entries.size());
   }
   for (const auto& j : jobs) validate(j.spec);
   bool any_quantized = false;
-  size_t width = 16;  // the dtypes column
+  size_t width = 16, tiling_width = 6;  // the dtypes and tiling columns
+  // The tiling column: "512x1024x64 heuristic", "64x128x64 override" or "8x16x8 table 1", the
+  // table entries numbered in a note below the rows.
+  std::vector<std::string> tilings, entries;
   for (const auto& j : jobs) {
     bench::Row r;
     r.lhs = to_string(j.spec.lhs), r.rhs = to_string(j.spec.rhs), r.out = to_string(j.spec.out);
     r.lhs_quant = to_string(j.spec.lhs_quant), r.rhs_quant = to_string(j.spec.rhs_quant);
     width = std::max(width, dtypes_label(r).size());
     any_quantized |= bench::is_quantized(j.spec);
+    const Tiling& t = j.spec.tiling;
+    std::string label =
+        std::to_string(t.tm) + "x" + std::to_string(t.tk) + "x" + std::to_string(t.tn) + " ";
+    if (j.tiling_source.rfind("table ", 0) == 0) {
+      auto it = std::find(entries.begin(), entries.end(), j.tiling_source);
+      if (it == entries.end()) it = entries.insert(it, j.tiling_source);
+      label += "table " + std::to_string(it - entries.begin() + 1);
+    } else {
+      label += j.tiling_source;
+    }
+    tiling_width = std::max(tiling_width, label.size());
+    tilings.push_back(std::move(label));
   }
 
   bench::Machine machine = bench::describe_machine(o.threads);
@@ -170,22 +204,22 @@ int run_bench(const BenchOptions& o) {
       "(f32 FMA, measured)\nbaseline:  %s\n\n",
       machine.cpu.c_str(), machine.isa.c_str(), machine.compiler.c_str(), machine.threads,
       machine.peak_gflops, bench::to_string(opt.baseline).c_str());
-  const int w = int(width);
-  std::printf("%-5s %-5s %-*s %10s %10s %10s %7s %7s%s  %s\n", "shape", "op", w, "lhs x rhs -> out",
-              "ms", "GFLOP/s", "base GF/s", "ratio", "% peak", any_quantized ? " vs float" : "",
-              "check");
+  const int w = int(width), tw = int(tiling_width);
+  std::printf("%-5s %-5s %-*s %10s %10s %10s %7s %7s%s  %-*s  %s\n", "shape", "op", w,
+              "lhs x rhs -> out", "ms", "GFLOP/s", "base GF/s", "ratio", "% peak",
+              any_quantized ? " vs float" : "", tw, "tiling", "check");
   std::fflush(stdout);
-  RuntimeOptions ro;
-  ro.num_threads = o.threads;
-  Runtime rt(ro);
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   std::vector<bench::Row> done;
   int failures = 0;
-  for (const Job& j : jobs) {
+  for (size_t i = 0; i < jobs.size(); ++i) {
+    const Job& j = jobs[i];
+    const char* tiling = tilings[i].c_str();
     // Quantized: gmm-gen's kernel on the float operands is timed again beside this one (round
     // robin), for `vs float`; its own row, run before, vouches for its output.
     const KernelSpec* float_spec = j.float_job >= 0 ? &jobs[size_t(j.float_job)].spec : nullptr;
     bench::Row r = bench::run(rt, j.spec, j.work, opt, machine, float_spec);
+    r.tiling_source = j.tiling_source;
     if (float_spec && !done[size_t(j.float_job)].ok) r.float_gflops = r.vs_float = 0;
     const std::string dtypes = dtypes_label(r);
     std::string vs;
@@ -195,18 +229,20 @@ int run_bench(const BenchOptions& o) {
       vs = " " + std::string(8 - std::min<size_t>(8, std::strlen(buf)), ' ') + buf;
     }
     if (r.ok) {
-      std::printf("%-5s %-5s %-*s %10.3f %10.1f %10.1f %7.2f %6.1f%%%s  ok\n", r.shape.c_str(),
-                  r.op.c_str(), w, dtypes.c_str(), r.ms, r.gflops, r.baseline_gflops, r.ratio,
-                  100 * r.peak_fraction, vs.c_str());
+      std::printf("%-5s %-5s %-*s %10.3f %10.1f %10.1f %7.2f %6.1f%%%s  %-*s  ok\n",
+                  r.shape.c_str(), r.op.c_str(), w, dtypes.c_str(), r.ms, r.gflops,
+                  r.baseline_gflops, r.ratio, 100 * r.peak_fraction, vs.c_str(), tw, tiling);
     } else {
       ++failures;  // a wrong kernel reports no speed
-      std::printf("%-5s %-5s %-*s %10s %10s %10s %7s %7s%s  MISMATCH: %s\n", r.shape.c_str(),
-                  r.op.c_str(), w, dtypes.c_str(), "-", "-", "-", "-", "-", vs.c_str(),
+      std::printf("%-5s %-5s %-*s %10s %10s %10s %7s %7s%s  %-*s  MISMATCH: %s\n", r.shape.c_str(),
+                  r.op.c_str(), w, dtypes.c_str(), "-", "-", "-", "-", "-", vs.c_str(), tw, tiling,
                   r.failure.c_str());
     }
     std::fflush(stdout);
     done.push_back(std::move(r));
   }
+  for (size_t i = 0; i < entries.size(); ++i)
+    std::printf("%stable %zu: %s\n", i ? "" : "\n", i + 1, entries[i].c_str() + 6);
   // The peak is measured again after the rows: on a shared VM a second at the start can lose a
   // core (a clang++ run here once measured 117 of 234 GFLOP/s). The higher one is the machine's;
   // the JSON takes it, and the table says when it differs.
@@ -265,6 +301,9 @@ Command add_bench(CLI::App& app) {
       "each reported; both outputs are checked against a float64 reference on sampled outputs\n"
       "and against each other; a row that fails reports no speed and the command exits 1.\n"
       "% peak is of the f32 FMA peak measured at start.\n"
+      "tiling: as the runtime would tile the call (its tuning tables, then the heuristic), unless\n"
+      "the spec names one or --tm/--tk/--tn are given (override); `table N` is listed below the\n"
+      "rows. Set GMMGEN_TUNING_DIR to use other tables, as for any call.\n"
       "Quantized rows (--quant, or a quantized --spec): random floats quantized by absmax with\n"
       "the library's quantizers; the baseline runs on both operands dequantized to the\n"
       "activation dtype (bf16 when lhs is bf16, else f32); `vs float` is the row's GFLOP/s over\n"

@@ -1,5 +1,7 @@
 // Spec selection shared by the subcommands: --spec, --spec-file, one flag per spec key, and
 // --filter over the kernel names.
+#include <algorithm>
+
 #include "commands.h"
 #include "gmmgen/errors.hpp"
 #include "gmmgen/naming.h"
@@ -72,11 +74,14 @@ std::vector<SpecEntry> SpecOptions::entries() const {
   std::vector<SpecEntry> out;
   for (const auto& f : files)
     for (auto& e : load_spec_entries(f)) out.push_back(std::move(e));
-  for (const auto& t : texts) out.push_back({parse_text(t), ""});
+  const auto names_tiling = [](const std::vector<std::string>& keys) {
+    return std::any_of(keys.begin(), keys.end(), [](const auto& k) { return is_tiling_key(k); });
+  };
+  for (const auto& t : texts) out.push_back({parse_text(t), "", names_tiling(text_keys(t))});
   if (!flags.empty()) {
     std::string text;
     for (const auto& [k, v] : flags) text += (text.empty() ? "" : ",") + k + "=" + v;
-    out.push_back({parse_text(text), ""});
+    out.push_back({parse_text(text), "", names_tiling(text_keys(text))});
   }
   if (out.empty()) throw SpecError("no spec given: use --spec, --spec-file or -k/-n/-g flags");
   return out;

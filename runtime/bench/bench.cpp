@@ -440,6 +440,8 @@ nlohmann::ordered_json Row::to_json() const {
   if (quantized) j["lhs_quant"] = lhs_quant, j["rhs_quant"] = rhs_quant;
   j["out"] = out;
   j["kernel"] = kernel;
+  j["tiling"] = {{"tm", tiling.tm}, {"tk", tiling.tk}, {"tn", tiling.tn}};
+  if (!tiling_source.empty()) j["tiling_source"] = tiling_source;
   j["m"] = m, j["k"] = k, j["n"] = n, j["g"] = g;
   j["ms"] = speed(ms);
   j["gflops"] = speed(gflops);
@@ -479,6 +481,7 @@ Row run(Runtime& rt, const KernelSpec& spec, const Workload& work, const Options
   row.shape = work.shape, row.op = std::string(to_string(spec.op));
   row.lhs = std::string(to_string(spec.lhs)), row.rhs = std::string(to_string(spec.rhs));
   row.out = std::string(to_string(spec.out)), row.kernel = kernel_name(spec);
+  row.tiling = spec.tiling;
   row.lhs_quant = to_string(spec.lhs_quant), row.rhs_quant = to_string(spec.rhs_quant);
   row.quantized = is_quantized(spec);
   row.m = work.m, row.k = spec.k, row.n = spec.n, row.g = spec.g;

@@ -5,8 +5,6 @@
 #include <sstream>
 
 #include "gmmgen/bench/bench.h"
-#include "gmmgen/heuristics.h"
-#include "tuning/table.h"
 
 namespace gmmgen::bench {
 namespace {
@@ -99,8 +97,9 @@ std::vector<std::string> standard_shape_names() {
   return {"S1", "S2", "S3", "S4"};
 }
 
-Tiling workload_tiling(const KernelSpec& spec, const Workload& w) {
-  return heuristic_tiling(spec, tuning::rows_per_group(w.group_sizes, 0, spec.g));
+TilingChoice workload_tiling(const Runtime& rt, const KernelSpec& spec, const Workload& w,
+                             const std::optional<Tiling>& override) {
+  return rt.choose_tiling(spec, w.group_sizes, 0, override);
 }
 
 Shape standard_shape(const std::string& name, Op op, DType lhs, DType rhs, DType out) {
@@ -122,7 +121,6 @@ Shape standard_shape(const std::string& name, Op op, DType lhs, DType rhs, DType
     s.work.shape = d.name;
     s.work.m = d.m;
     s.work.group_sizes = std::move(sizes);
-    s.spec.tiling = workload_tiling(s.spec, s.work);
     return s;
   }
   throw InvalidArgument("--shapes: '" + name + "' is not one of: S1, S2, S3, S4");

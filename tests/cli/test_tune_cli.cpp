@@ -8,7 +8,9 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
+#include <tuple>
 
 #include "gmmgen/heuristics.h"
 #include "gmmgen/runtime.hpp"
@@ -211,6 +213,60 @@ TEST_F(TuneCli, TinySweepWritesTableCsvSvgThatTheRuntimeUses) {
   ASSERT_NE(std::string::npos, of) << r.output;
   EXPECT_LT(std::stoi(r.output.substr(of + 3, timed - of - 3)), 5) << r.output;
   EXPECT_NE(r.output.find("[1/5] tm=512,tk=32,tn=32 (heuristic)"), std::string::npos) << r.output;
+}
+
+// A new user's sequence: tune a problem, then bench it. bench times the tuned tiling when the
+// table is where the runtime reads tables, the heuristic's (the one tune compared with)
+// otherwise, a spec's own tiling when it names one, and says which in its table and its JSON.
+TEST_F(TuneCli, BenchTimesATunedProblemAtItsTunedTilingAndSaysWhereItCameFrom) {
+  const fs::path table = dir_ / "out" / "table.json";
+  ProcessResult r =
+      tune({"--spec", kSpec, "--m", "64", "--dist", "tiny", "--space", "tm=16,32;tk=32;tn=32",
+            "--threads", "1", "--reps", "1", "--table", table.string()});
+  ASSERT_EQ(0, r.status) << r.output;
+  const tuning::Entry e = tuning::parse_table(read(table), table.string()).entries.at(0);
+  const std::string marker = "speed-up: over the heuristic's ";
+  const size_t at = r.output.find(marker);
+  ASSERT_NE(std::string::npos, at) << r.output;
+  const std::string heuristic = r.output.substr(
+      at + marker.size(), r.output.find(' ', at + marker.size()) - at - marker.size());
+
+  const auto bench = [&](const std::string& spec) {
+    const fs::path json = dir_ / "out" / "bench.json";
+    fs::remove(json);
+    ProcessResult b = run_process({GMMGEN_CLI, "bench", "--spec", spec, "--m", "64", "--dist",
+                                   "tiny", "--threads", "1", "--reps", "1", "--baseline", "none",
+                                   "--json", json.string()});
+    EXPECT_EQ(0, b.status) << b.output;
+    const auto row = nlohmann::json::parse(read(json))["rows"].at(0);
+    const Tiling t{row["tiling"]["tm"], row["tiling"]["tk"], row["tiling"]["tn"]};
+    return std::make_tuple(t, row["tiling_source"].get<std::string>(), b.output);
+  };
+  const auto text = [](const Tiling& t) {
+    return "tm=" + std::to_string(t.tm) + ",tk=" + std::to_string(t.tk) +
+           ",tn=" + std::to_string(t.tn);
+  };
+
+  // The table where the runtime reads tables: the tuned tiling, "table <file> entry 0".
+  setenv("GMMGEN_TUNING_DIR", (dir_ / "out").c_str(), 1);
+  auto [tuned, source, out] = bench(kSpec);
+  EXPECT_EQ(e.spec.tiling, tuned);
+  EXPECT_EQ(0u, source.rfind("table " + table.string() + " entry 0 (rows_per_group [", 0))
+      << source;
+  EXPECT_NE(out.find(std::to_string(tuned.tm) + "x32x32 table 1  ok"), std::string::npos) << out;
+  EXPECT_NE(out.find("table 1: " + table.string() + " entry 0"), std::string::npos) << out;
+
+  // No table: the heuristic's tiling, the one tune reported.
+  unsetenv("GMMGEN_TUNING_DIR");
+  auto [untuned, untuned_source, untuned_out] = bench(kSpec);
+  EXPECT_EQ(heuristic, text(untuned)) << untuned_out;
+  EXPECT_EQ("heuristic", untuned_source);
+
+  // A spec that names its tiling keeps it, table or not.
+  setenv("GMMGEN_TUNING_DIR", (dir_ / "out").c_str(), 1);
+  auto [own, own_source, own_out] = bench(std::string(kSpec) + ",tm=8");
+  EXPECT_EQ(8, own.tm) << own_out;
+  EXPECT_EQ("override", own_source);
 }
 
 TEST_F(TuneCli, OptionErrorsNameTheOptionAndTheRuleAndWriteNothing) {

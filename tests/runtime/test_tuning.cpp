@@ -661,9 +661,19 @@ TEST_F(TuningDirs, DispatchUsesTheTableEntryAndStaysCorrect) {
   const std::string log = ::testing::internal::GetCapturedStderr();
   EXPECT_NE(
       log.find("tuning: " + tuning::problem_text(a) + " at 19.3 rows/group: tm=8,tk=16,tn=8 from " +
-               (dir_ / "cache" / "tuning" / "host.json").string() + " rows_per_group [16, 32)"),
+               (dir_ / "cache" / "tuning" / "host.json").string() +
+               " entry 0 (rows_per_group [16, 32), tuned 10.0 GFLOP/s, heuristic 8.0)"),
       std::string::npos)
       << log;
+  // choose_tiling says where the tiling came from.
+  const TilingChoice chosen = rt.choose_tiling(a, c.sizes);
+  EXPECT_EQ(tuned, chosen.tiling);
+  EXPECT_EQ("table " + (dir_ / "cache" / "tuning" / "host.json").string() +
+                " entry 0 (rows_per_group [16, 32), tuned 10.0 GFLOP/s, heuristic 8.0)",
+            to_string(chosen));
+  EXPECT_EQ("override", to_string(rt.choose_tiling(a, c.sizes, 0, Tiling{4, 8, 8})));
+  const std::vector<int32_t> two{1, 2, 3};
+  EXPECT_EQ("heuristic", to_string(rt.choose_tiling(a, two)));
   c.expect_correct();
   EXPECT_EQ(1, rt.stats().compiles);
 

@@ -204,6 +204,10 @@ std::string to_text(const KernelSpec& s);
 // Parses `key=value` pairs separated by commas (any order, missing keys take defaults; k, n and
 // g are required). Throws SpecError naming the key on unknown/duplicate keys or bad values.
 KernelSpec parse_text(std::string_view text);
+// The keys a spec text names, in order (throws SpecError for an item that is not key=value).
+std::vector<std::string> text_keys(std::string_view text);
+// Whether `key` is a field of the tiling (tm, tk, tn, and the VJP tilings of Pallas modules).
+bool is_tiling_key(std::string_view key);
 
 nlohmann::ordered_json to_json(const KernelSpec& s);
 KernelSpec from_json(const nlohmann::ordered_json& j);
@@ -218,6 +222,9 @@ void validate(const KernelSpec& s);
 struct SpecEntry {
   KernelSpec spec;
   std::string alias;  // "" when the entry has none
+  // The entry named a tiling field (is_tiling_key); else its tiling is the default, and a tool
+  // that knows the workload (bench) may choose one as the runtime would.
+  bool tiling_given = false;
 };
 
 // Reads a JSON spec file: an array of specs, or {"kernels": [...]}; each spec is a JSON object

@@ -327,7 +327,10 @@ std::string to_text(const KernelSpec& s) {
   return out;
 }
 
-KernelSpec parse_text(std::string_view text) {
+namespace {
+
+// The key=value items of a spec text.
+std::vector<std::pair<std::string, std::string>> text_pairs(std::string_view text) {
   std::vector<std::pair<std::string, std::string>> pairs;
   size_t pos = 0;
   while (pos <= text.size()) {
@@ -344,7 +347,25 @@ KernelSpec parse_text(std::string_view text) {
     }
     pos = end + 1;
   }
-  return build_spec(pairs);
+  return pairs;
+}
+
+}  // namespace
+
+KernelSpec parse_text(std::string_view text) {
+  return build_spec(text_pairs(text));
+}
+
+std::vector<std::string> text_keys(std::string_view text) {
+  std::vector<std::string> keys;
+  for (auto& [key, value] : text_pairs(text)) keys.push_back(std::move(key));
+  return keys;
+}
+
+bool is_tiling_key(std::string_view key) {
+  for (const auto& f : kFields)
+    if (f.key == key) return f.role == FieldRole::kTiling;
+  return false;
 }
 
 nlohmann::ordered_json to_json(const KernelSpec& s) {

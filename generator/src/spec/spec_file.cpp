@@ -170,8 +170,18 @@ std::vector<std::string> alias_symbols(const std::string& alias) {
 
 // One entry: a spec text string, a JSON spec object (optionally with "alias"), or
 // {"spec": <text or object>, "alias": "..."}.
+bool names_tiling(const nlohmann::ordered_json& spec) {
+  if (spec.is_string()) {
+    const auto keys = text_keys(spec.get<std::string>());
+    return std::any_of(keys.begin(), keys.end(), [](const auto& k) { return is_tiling_key(k); });
+  }
+  for (const auto& [key, value] : spec.items())
+    if (is_tiling_key(key)) return true;
+  return false;
+}
+
 SpecEntry parse_entry(const nlohmann::ordered_json& e) {
-  if (e.is_string()) return {parse_text(e.get<std::string>()), ""};
+  if (e.is_string()) return {parse_text(e.get<std::string>()), "", names_tiling(e)};
   if (!e.is_object())
     throw SpecError(std::string("an entry must be a spec text string or an object, got ") +
                     e.type_name());
@@ -197,10 +207,12 @@ SpecEntry parse_entry(const nlohmann::ordered_json& e) {
       throw SpecError(
           std::string("\"spec\" must be a spec text string or a JSON spec object, got ") +
           spec.type_name());
+    out.tiling_given = names_tiling(spec);
   } else {
     nlohmann::ordered_json spec = e;
     spec.erase("alias");
     out.spec = from_json(spec);
+    out.tiling_given = names_tiling(spec);
   }
   return out;
 }

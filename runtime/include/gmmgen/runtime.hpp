@@ -1,9 +1,9 @@
 // gmmgen::Runtime: turns a call into a spec, finds or builds its kernel, runs it on a pool.
 //
 // A call's tiling: the caller's override, else a tuning table entry for the problem, else the
-// heuristic (gmmgen/heuristics.h). Its kernel: one compiled into the program for the problem
-// (registry keyed by problem; any tiling serves unless the caller overrides it), then the
-// in-memory table, then the disk cache, then a fresh compile (unless JIT is disabled).
+// heuristic (gmmgen/heuristics.h): choose_tiling(). Its kernel: one compiled into the program
+// for the problem (registry keyed by problem; any tiling serves unless the caller overrides it),
+// then the in-memory table, then the disk cache, then a fresh compile (unless JIT is disabled).
 // Every method is thread-safe.
 #pragma once
 
@@ -15,6 +15,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gmmgen/errors.hpp"
@@ -69,6 +70,22 @@ struct TgmmOptions {
   std::optional<Tiling> tiling;
   Scales lhs_scales, rhs_scales;  // quantized lhs / rhs: blocks of global rows along M
 };
+
+// Where a call's tiling comes from, in this order: the caller's, a tuning table's entry for the
+// problem at the call's rows per active group (docs/tuning.md), the heuristic
+// (gmmgen/heuristics.h).
+enum class TilingSource { kOverride, kTable, kHeuristic };
+
+// A call's tiling and where it came from (Runtime::choose_tiling).
+struct TilingChoice {
+  Tiling tiling;
+  TilingSource source = TilingSource::kHeuristic;
+  // kTable: "<table> entry <i> (rows_per_group [lo, hi), ...)", valid while the Runtime lives.
+  std::string_view entry;
+  std::optional<Isa> isa;  // a table entry's ISA family, when it names one this CPU runs
+};
+// "override", "table <entry>" or "heuristic".
+std::string to_string(const TilingChoice& c);
 
 // The 9-tuple tiling of the backward pass: (tm, tk, tn) for the forward, dlhs and drhs
 // products; each part optional (heuristic when absent). `forward` is what gmm() would use.
@@ -161,6 +178,13 @@ class Runtime {
   KernelSpec gmm_spec(const TensorView& lhs, const TensorView& rhs,
                       std::span<const int32_t> group_sizes, const TensorView& out,
                       const GmmOptions& options = {}) const;
+
+  // The tiling a call of `problem` (a spec; its own tiling is ignored) gets on these group sizes:
+  // `override`, else the tuning table entry for the problem at its rows per active group, else
+  // the heuristic. gmm(), tgmm() and their _spec() decide here; so do `gmm-gen bench` and `tune`.
+  TilingChoice choose_tiling(const KernelSpec& problem, std::span<const int32_t> group_sizes,
+                             int32_t group_offset = 0,
+                             const std::optional<Tiling>& override = std::nullopt) const;
 
   // out[j] = lhs[rows of g]^T @ rhs[rows of g], g = group_offset + j (docs/operations.md).
   // lhs [M, K] (or [K, M] with lhs_transposed), rhs [M, N], out [G_local, K, N] (or

@@ -469,6 +469,13 @@ gmmgen_args make_args(const TensorView& lhs, const TensorView& rhs, std::span<co
 
 }  // namespace
 
+TilingChoice Runtime::choose_tiling(const KernelSpec& problem, std::span<const int32_t> group_sizes,
+                                    int32_t group_offset,
+                                    const std::optional<Tiling>& override) const {
+  return select_tiling(problem, override, &impl_->tuning_tables,
+                       tuning::rows_per_group(group_sizes, group_offset, problem.g_local));
+}
+
 KernelSpec Runtime::gmm_spec(const TensorView& lhs, const TensorView& rhs,
                              std::span<const int32_t> group_sizes, const TensorView& out,
                              const GmmOptions& o) const {
@@ -503,8 +510,7 @@ KernelSpec Runtime::gmm_spec(const TensorView& lhs, const TensorView& rhs,
   s.transpose_rhs = o.transpose_rhs;
   s.out_mode = o.existing_out ? (o.accumulate ? OutMode::kAccumulate : OutMode::kExistingOut)
                               : OutMode::kPlain;
-  apply_choice(s, select_tiling(s, o.tiling, &impl_->tuning_tables,
-                                tuning::rows_per_group(group_sizes, o.group_offset, s.g_local)));
+  apply_choice(s, choose_tiling(s, group_sizes, o.group_offset, o.tiling));
   return s;
 }
 
@@ -555,8 +561,7 @@ KernelSpec Runtime::tgmm_spec(const TensorView& lhs, const TensorView& rhs,
   s.transpose_rhs = o.transpose_out;
   s.lhs_layout = o.lhs_transposed ? LhsLayout::kKM : LhsLayout::kMK;
   s.out_mode = o.existing_out ? OutMode::kAccumulate : OutMode::kPlain;
-  apply_choice(s, select_tiling(s, o.tiling, &impl_->tuning_tables,
-                                tuning::rows_per_group(group_sizes, o.group_offset, s.g_local)));
+  apply_choice(s, choose_tiling(s, group_sizes, o.group_offset, o.tiling));
   return s;
 }
 

@@ -3,21 +3,11 @@
 #pragma once
 
 #include <optional>
-#include <string>
-#include <string_view>
 
+#include "gmmgen/runtime.hpp"
 #include "gmmgen/spec.h"
 
 namespace gmmgen {
-
-enum class TilingSource { kOverride, kTable, kHeuristic };
-
-struct TilingChoice {
-  Tiling tiling;
-  TilingSource source = TilingSource::kHeuristic;
-  std::string_view entry;  // which table entry (for logs; owned by the source), when kTable
-  std::optional<Isa> isa;  // a table entry's ISA family, when it names one this CPU runs
-};
 
 // Where tuned tilings come from (tuning tables; docs/tuning.md).
 class TuningSource {

@@ -146,19 +146,22 @@ void Tables::read_table(std::string_view text, const std::string& origin) const 
             ", which this CPU cannot run: skipped");
     return;
   }
-  for (const Entry& e : t.entries) {
+  for (size_t i = 0; i < t.entries.size(); ++i) {
+    const Entry& e = t.entries[i];
     Indexed x;
     x.tiling = e.spec.tiling;
     // An explicit family this CPU cannot run: the tiling still serves, on the native family.
     if (e.spec.isa != Isa::kNative && host_supports(e.spec.isa)) x.isa = e.spec.isa;
     x.bucket = e.rows_per_group;
-    x.where = origin + " rows_per_group " + to_string(e.rows_per_group);
+    x.where =
+        origin + " entry " + std::to_string(i) + " (rows_per_group " + to_string(e.rows_per_group);
     if (e.gflops > 0) {
       char buf[96];
-      std::snprintf(buf, sizeof buf, " (tuned %.1f GFLOP/s, heuristic %.1f)", e.gflops,
+      std::snprintf(buf, sizeof buf, ", tuned %.1f GFLOP/s, heuristic %.1f", e.gflops,
                     e.baseline_gflops);
       x.where += buf;
     }
+    x.where += ")";
     index_[problem_key(e.spec)].push_back(std::move(x));
     ++count_;
   }

@@ -28,16 +28,17 @@ struct Workload {
 // must not exceed it. Throws InvalidArgument naming the rule.
 std::vector<int32_t> group_sizes(const std::string& dist, int32_t g, int64_t m, uint64_t seed);
 
-// The standard shapes of docs/performance.md (S1..S4) for an op and dtypes: the spec, with the
-// tiling the runtime uses untuned for its workload (heuristic_tiling at its rows per group), and
-// the workload.
+// The standard shapes of docs/performance.md (S1..S4) for an op and dtypes: the problem (its
+// tiling the spec default; a row takes workload_tiling's) and the workload.
 struct Shape {
   KernelSpec spec;
   Workload work;
 };
 Shape standard_shape(const std::string& name, Op op, DType lhs, DType rhs, DType out);
-// The tiling the runtime picks untuned for spec on w's group sizes (heuristic_tiling).
-Tiling workload_tiling(const KernelSpec& spec, const Workload& w);
+// The tiling rt gives a call of spec's problem on w's group sizes (Runtime::choose_tiling: the
+// override, else its tuning tables, else the heuristic), and where it came from.
+TilingChoice workload_tiling(const Runtime& rt, const KernelSpec& spec, const Workload& w,
+                             const std::optional<Tiling>& override = std::nullopt);
 std::vector<std::string> standard_shape_names();
 
 // ---- Quantized rows -----------------------------------------------------------------------------
@@ -116,6 +117,9 @@ struct Options {
 
 struct Row {
   std::string shape, op, lhs, rhs, out, kernel;
+  Tiling tiling;              // the kernel's
+  std::string tiling_source;  // to_string(TilingChoice): override, table <entry>, heuristic
+                              // ("" when the caller did not say; run() leaves it to the caller)
   std::string lhs_quant, rhs_quant;  // scale schemes ("none" for float operands)
   bool quantized = false;            // an operand holds codes (docs/quantization.md)
   int64_t m = 0, k = 0, n = 0, g = 0;
