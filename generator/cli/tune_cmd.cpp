@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -329,44 +330,38 @@ struct Sweep {
   }
 };
 
-// Compiles variants in parallel: -j workers, each with a runtime of its own (a runtime builds
-// one kernel at a time) on the shared disk cache, whose per-key locks make each kernel compile
-// once. The benchmarking runtime then loads them from the cache.
+// Compiles variants in parallel: -j threads ask the runtime that times them for their kernels
+// (it builds distinct kernels at once, each once, through its disk cache).
 class Compiler {
  public:
-  Compiler(int jobs, const fs::path& cache_root) : cache_(cache_root) {
-    RuntimeOptions o;
-    o.cache_dir = cache_root, o.num_threads = 1, o.jit = true, o.log = false;
-    for (int i = 0; i < jobs; ++i) workers_.push_back(std::make_unique<Runtime>(o));
-  }
-  bool cached(const KernelSpec& s) const {
-    return cache_.check(cache_key(s)) == DiskCache::State::kValid;
-  }
-  int jobs() const { return int(workers_.size()); }
+  Compiler(int jobs, Runtime& rt) : jobs_(jobs), rt_(rt) {}
+  bool cached(const KernelSpec& s) const { return rt_.cached(s); }
+  int jobs() const { return jobs_; }
   // Builds every variant of the batch; a failure is recorded in its variant.
   void build(const std::vector<Variant*>& batch) {
-    std::vector<std::thread> threads;
-    const size_t n = std::min(batch.size(), workers_.size());
-    for (size_t w = 0; w < n; ++w)
-      threads.emplace_back([&, w] {
-        for (size_t i = w; i < batch.size(); i += n) {
-          Variant& v = *batch[i];
-          const auto t0 = Clock::now();
-          try {
-            workers_[w]->kernel(v.spec);
-          } catch (const std::exception& e) {
-            v.state = Variant::State::kFailed;
-            v.failure = e.what();
-          }
-          v.compile_s = seconds_since(t0);
+    std::atomic<size_t> next{0};
+    const auto work = [&] {
+      for (size_t i; (i = next++) < batch.size();) {
+        Variant& v = *batch[i];
+        const auto t0 = Clock::now();
+        try {
+          rt_.kernel(v.spec);
+        } catch (const std::exception& e) {
+          v.state = Variant::State::kFailed;
+          v.failure = e.what();
         }
-      });
+        v.compile_s = seconds_since(t0);
+      }
+    };
+    std::vector<std::thread> threads;
+    for (size_t w = 1; w < std::min(batch.size(), size_t(jobs_)); ++w) threads.emplace_back(work);
+    work();
     for (auto& t : threads) t.join();
   }
 
  private:
-  DiskCache cache_;
-  std::vector<std::unique_ptr<Runtime>> workers_;
+  int jobs_;
+  Runtime& rt_;
 };
 
 // Runs one problem's sweep within `share` seconds (0: no limit): batches of up to -j variants
@@ -872,7 +867,7 @@ int run_tune(const TuneOptions& o) {
       o.budget > 0 ? (fixed(o.budget, 0) + " s").c_str() : "none", table_path.c_str());
   std::fflush(stdout);
 
-  Compiler compiler(jobs, rt.cache_dir());
+  Compiler compiler(jobs, rt);
   Progress progress;
   const auto t0 = Clock::now();
   int mismatches = 0, unresolved = 0;

@@ -222,10 +222,9 @@ Outcome verify_one(Runtime& rt, const KernelSpec& spec, const fs::path* src, uin
       o.skipped = true;
       return o;
     }
-    const int64_t compiles = rt.stats().compiles;
+    o.cached = rt.cached(spec);
     const gmmgen_kernel_entry& fns = rt.kernel(spec);
     o.seconds = seconds_since(t0);
-    o.cached = rt.stats().compiles == compiles;
     const auto cases = cases_of(spec, seed, quick);
     o.cases = cases.size();
     for (const auto& c : cases) {
@@ -250,14 +249,15 @@ int run_verify(const std::vector<KernelSpec>& specs, uint64_t seed, bool quick, 
     if (s.target != TargetKind::kCpp || !host_runs(s.isa)) elsewhere.push_back(s);
   }
   const size_t pallas = specs.size() - cpp.size();
-  // The runtimes of the workers, made before any work so that a bad environment (GMMGEN_LOG,
-  // the cache folder) stops verify at once. They compile even under GMMGEN_DISABLE_JIT=1:
-  // compiling is what verify is asked to do.
+  // The runtime the -j workers share (it builds distinct kernels at once; each worker runs its
+  // kernel's cases on its own thread), made before any work so that a bad environment
+  // (GMMGEN_LOG, the cache folder) stops verify at once. It compiles even under
+  // GMMGEN_DISABLE_JIT=1: compiling is what verify is asked to do.
   jobs = int(std::min<size_t>(size_t(jobs), std::max<size_t>(1, cpp.size())));
   RuntimeOptions ro;
   ro.num_threads = 1, ro.jit = true, ro.log_stats = false;
-  std::vector<std::unique_ptr<Runtime>> workers;
-  for (int i = 0; i < jobs && !cpp.empty(); ++i) workers.push_back(std::make_unique<Runtime>(ro));
+  std::optional<Runtime> rt;
+  if (!cpp.empty()) rt.emplace(ro);
   std::optional<TempDir> dir;
   if (!elsewhere.empty()) {
     dir.emplace();
@@ -268,15 +268,15 @@ int run_verify(const std::vector<KernelSpec>& specs, uint64_t seed, bool quick, 
   int mismatches = 0, failed = 0, skipped = 0;
   if (!cpp.empty()) {
     std::printf("%zu C++ kernel%s, -j %d, disk cache %s\n", cpp.size(), cpp.size() == 1 ? "" : "s",
-                jobs, workers.front()->cache_dir().c_str());
+                jobs, rt->cache_dir().c_str());
     std::printf("%-64s %6s %12s %10s %8s %s\n", "kernel", "cases", "worst rel", "bound use",
                 "compile", "result");
     std::fflush(stdout);
     std::mutex print;
     std::atomic<size_t> next{0};
-    const auto work = [&](Runtime& rt) {
+    const auto work = [&] {
       for (size_t i = next++; i < cpp.size(); i = next++) {
-        const Outcome o = verify_one(rt, cpp[i], dir ? &src : nullptr, seed, quick);
+        const Outcome o = verify_one(*rt, cpp[i], dir ? &src : nullptr, seed, quick);
         std::lock_guard<std::mutex> lock(print);
         print_outcome(o);
         mismatches += o.mismatch;
@@ -285,8 +285,8 @@ int run_verify(const std::vector<KernelSpec>& specs, uint64_t seed, bool quick, 
       }
     };
     std::vector<std::thread> threads;
-    for (size_t w = 1; w < workers.size(); ++w) threads.emplace_back(work, std::ref(*workers[w]));
-    work(*workers.front());
+    for (int w = 1; w < jobs; ++w) threads.emplace_back(work);
+    work();
     for (auto& t : threads) t.join();
     std::printf("%zu kernels verified, %d mismatched", cpp.size() - size_t(skipped + failed),
                 mismatches);
@@ -295,17 +295,8 @@ int run_verify(const std::vector<KernelSpec>& specs, uint64_t seed, bool quick, 
       std::printf(", %d compiled but not run (the host lacks their ISA family)", skipped);
     std::printf("\n");
     std::fflush(stdout);
-    if (log_level_from_env() >= LogLevel::kInfo) {  // the workers' statistics as one line
-      RuntimeStats sum;
-      for (const auto& w : workers) {
-        const RuntimeStats s = w->stats();
-        sum.lookups += s.lookups, sum.registry_hits += s.registry_hits;
-        sum.memory_hits += s.memory_hits, sum.disk_hits += s.disk_hits;
-        sum.compiles += s.compiles, sum.rebuilds += s.rebuilds;
-        sum.compile_seconds += s.compile_seconds, sum.disk_load_seconds += s.disk_load_seconds;
-      }
-      std::fprintf(stderr, "gmm-gen: statistics: %s\n", to_string(sum).c_str());
-    }
+    if (log_level_from_env() >= LogLevel::kInfo)  // before the Pallas modules' lines
+      std::fprintf(stderr, "gmm-gen: statistics: %s\n", to_string(rt->stats()).c_str());
   }
   const int pallas_rc = pallas ? verify_pallas(dir->path, pallas, seed) : 0;
   if (mismatches || failed || pallas_rc == 1) return kExitCheckFailed;

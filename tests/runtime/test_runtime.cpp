@@ -16,6 +16,7 @@
 #include "gmmgen/naming.h"
 #include "gmmgen/runtime.hpp"
 #include "gmmgen/runtime_c.h"
+#include "gmmgen/runtime_config.h"
 #include "gmmgen/verify/reference.h"
 #include "jit/disk_cache.h"
 #include "jit/toolchain.h"
@@ -154,6 +155,51 @@ TEST_F(RuntimeTest, FourProcessesFourThreadsCompileOnce) {
   }
   EXPECT_EQ(1, compiles) << "exactly one process compiles the kernel";
   EXPECT_EQ(16, lookups);
+}
+
+// warmup(specs, jobs) builds distinct kernels at once (a compiler that logs when each compile
+// starts and ends, 1 s each, shows two running together), each once (a spec given twice, and a
+// second warmup, compile nothing more), keeps going past a bad spec and throws its error at the
+// end; every kernel it built then serves its calls correctly.
+TEST_F(RuntimeTest, WarmupBuildsDistinctKernelsConcurrentlyEachOnce) {
+  const fs::path log = dir_ / "compiles.log", cxx = dir_ / "logging-c++";
+  std::ofstream(cxx) << "#!/bin/sh\ncase \" $* \" in *\" -o \"*)\n  echo start >> " << log.string()
+                     << "; sleep 1; " << GMMGEN_DEFAULT_CXX << " \"$@\"; rc=$?; echo end >> "
+                     << log.string() << "; exit $rc;;\nesac\nexec " << GMMGEN_DEFAULT_CXX
+                     << " \"$@\"\n";
+  fs::permissions(cxx, fs::perms::owner_all);
+  setenv("GMMGEN_CXX", cxx.c_str(), 1);
+  const char* base = "op=gmm,lhs=f32,rhs=f32,out=f32,k=24,n=20,g=4,tk=16,tn=8,tm=";
+  std::vector<KernelSpec> specs;
+  for (const char* tm : {"8", "16", "24", "32", "8"})
+    specs.push_back(parse_text(base + std::string(tm)));
+  KernelSpec bad = specs[1];
+  bad.tiling.tm = 0;  // invalid: validate() names tm
+  specs.insert(specs.begin() + 2, bad);
+  Runtime rt(options());
+  EXPECT_THROW(rt.warmup(specs, 2), SpecError);
+  EXPECT_EQ(4, rt.stats().compiles);
+  specs.erase(specs.begin() + 2);
+  rt.warmup(specs, 2);
+  EXPECT_EQ(4, rt.stats().compiles);
+  unsetenv("GMMGEN_CXX");
+
+  std::ifstream in(log);
+  int running = 0, most = 0, starts = 0;
+  for (std::string line; std::getline(in, line);) {
+    running += line == "start" ? 1 : -1;
+    starts += line == "start";
+    most = std::max(most, running);
+  }
+  EXPECT_EQ(4, starts);
+  EXPECT_EQ(2, most) << "two compiles at once with jobs=2";
+  for (const int64_t tm : {8, 16, 24, 32}) {
+    Problem p(40, 24, 20, 4, uint64_t(tm));
+    p.run(rt, tiled(tm, 16, 8));
+    p.expect_correct();
+  }
+  EXPECT_EQ(4, rt.stats().compiles);
+  EXPECT_THROW(rt.warmup(specs, -1), InvalidArgument);
 }
 
 // Builds the entry of a probe-sized spec and returns its folder.

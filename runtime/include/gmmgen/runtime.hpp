@@ -208,8 +208,17 @@ class Runtime {
   // CompileError, CacheError, JitDisabledError).
   const gmmgen_kernel_entry& kernel(const KernelSpec& spec);
 
-  // Makes every spec ready ahead of time so that a serving path never compiles.
-  void warmup(const std::vector<KernelSpec>& specs);
+  // Makes every spec ready ahead of time so that a serving path never compiles: up to `jobs`
+  // kernels are built at once (0: the machine's cores). Every spec is tried; the first failure,
+  // in the order of `specs`, is thrown after all are done. Distinct kernels also build
+  // concurrently when several threads call kernel(), gmm(), ...; callers of a kernel being
+  // built wait for that one build.
+  void warmup(const std::vector<KernelSpec>& specs, int jobs = 0);
+
+  // Whether the disk cache holds a valid-looking entry of spec's kernel under the current
+  // compiler settings (cache_key); nothing is loaded or built. Lets a tool say "cached" or
+  // "compiled" without counting another thread's compiles.
+  bool cached(const KernelSpec& spec) const;
 
   // Adds kernels compiled into the program (a bundle's table); they win over cached ones and
   // serve every call of their problem that names no tiling. Kernels of an ISA family this CPU

@@ -176,7 +176,23 @@ struct Runtime::Impl final : ExitReport {
 
   mutable std::shared_mutex table_mutex;
   std::unordered_map<KernelSpec, TableEntry, SpecKeyHash> table;
-  std::mutex build_mutex;  // one kernel built or loaded at a time in this process
+  // One build or load per cache key at a time in this process: a caller of a key being built
+  // waits for that build, then finds the kernel in `table`; distinct keys build concurrently.
+  std::mutex key_locks_mutex;
+  std::unordered_map<std::string, std::shared_ptr<std::mutex>> key_locks;
+  std::shared_ptr<std::mutex> key_lock(const std::string& key) {
+    std::lock_guard<std::mutex> lock(key_locks_mutex);
+    auto& m = key_locks[key];
+    if (!m) m = std::make_shared<std::mutex>();
+    return m;
+  }
+  const gmmgen_kernel_entry* in_memory(const KernelSpec& spec) {
+    std::shared_lock<std::shared_mutex> lock(table_mutex);
+    const auto it = table.find(spec);
+    if (it == table.end()) return nullptr;
+    ++memory_hits;
+    return &it->second.fns;
+  }
 
   std::atomic<int64_t> lookups{0}, registry_hits{0}, memory_hits{0};
 
@@ -219,23 +235,18 @@ struct Runtime::Impl final : ExitReport {
   }
 
   const gmmgen_kernel_entry& find_or_build(const KernelSpec& spec) {
-    std::lock_guard<std::mutex> build_lock(build_mutex);
-    {
-      std::shared_lock<std::shared_mutex> lock(table_mutex);
-      if (auto it = table.find(spec); it != table.end()) {
-        ++memory_hits;
-        return it->second.fns;
-      }
-    }
     validate(spec);
     const std::string name = kernel_name(spec), hash = spec_hash(spec);
     std::string key;
     try {
-      key = cache_key(spec);  // runs the compiler for its identity
+      key = cache_key(spec);  // runs the compiler for its identity (once per compiler)
     } catch (const std::exception& e) {
       say(LogLevel::kError, "kernel %s: %s", name.c_str(), e.what());
       throw;
     }
+    const std::shared_ptr<std::mutex> lock_of_key = key_lock(key);
+    std::lock_guard<std::mutex> build_lock(*lock_of_key);
+    if (const gmmgen_kernel_entry* k = in_memory(spec)) return *k;  // built while we waited
     say(LogLevel::kInfo, "spec %s -> %s (cache key %s)", to_text(spec).c_str(), name.c_str(),
         key.c_str());
     gmmgen_kernel_entry fns{};
@@ -280,13 +291,7 @@ struct Runtime::Impl final : ExitReport {
       ++registry_hits;
       return *k;
     }
-    {
-      std::shared_lock<std::shared_mutex> lock(table_mutex);
-      if (auto it = table.find(spec); it != table.end()) {
-        ++memory_hits;
-        return it->second.fns;
-      }
-    }
+    if (const gmmgen_kernel_entry* k = in_memory(spec)) return *k;
     return find_or_build(spec);
   }
 
@@ -324,8 +329,35 @@ const gmmgen_kernel_entry& Runtime::kernel(const KernelSpec& spec) {
   return impl_->lookup(spec);
 }
 
-void Runtime::warmup(const std::vector<KernelSpec>& specs) {
-  for (const auto& s : specs) kernel(s);
+void Runtime::warmup(const std::vector<KernelSpec>& specs, int jobs) {
+  if (jobs < 0) throw InvalidArgument("warmup: jobs must be >= 0 (0: the machine's cores)");
+  if (jobs == 0) jobs = int(std::max(1u, std::thread::hardware_concurrency()));
+  const size_t workers = std::min(specs.size(), size_t(jobs));
+  if (workers <= 1) {
+    for (const auto& s : specs) kernel(s);
+    return;
+  }
+  // Each worker takes the next spec; every spec is tried, and the first failure (in spec order)
+  // is thrown once all are done.
+  std::atomic<size_t> next{0};
+  std::vector<std::exception_ptr> failed(specs.size());
+  const auto work = [&] {
+    for (size_t i; (i = next++) < specs.size();) try {
+        kernel(specs[i]);
+      } catch (...) {
+        failed[i] = std::current_exception();
+      }
+  };
+  std::vector<std::thread> threads;
+  for (size_t t = 1; t < workers; ++t) threads.emplace_back(work);
+  work();
+  for (auto& t : threads) t.join();
+  for (const auto& e : failed)
+    if (e) std::rethrow_exception(e);
+}
+
+bool Runtime::cached(const KernelSpec& spec) const {
+  return impl_->jit.valid(cache_key(spec));
 }
 
 void Runtime::register_kernels(const gmmgen_kernel_entry* table, int32_t count) {

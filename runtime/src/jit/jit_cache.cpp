@@ -59,10 +59,19 @@ std::shared_ptr<SharedObject> JitCache::load(const fs::path& so, const std::stri
   }
 }
 
+DiskCache& JitCache::disk() {
+  std::call_once(disk_once_, [&] { disk_ = std::make_unique<DiskCache>(root_); });
+  return *disk_;
+}
+
+bool JitCache::valid(const std::string& key) {
+  return disk().check(key) == DiskCache::State::kValid;
+}
+
 std::shared_ptr<SharedObject> JitCache::get(const std::string& key, const CompilerConfig& cc,
                                             const std::function<JitSources()>& sources,
                                             const Accept& accept, bool compile) {
-  if (!disk_) disk_ = std::make_unique<DiskCache>(root_);
+  disk();
   std::string why;
   const auto t0 = std::chrono::steady_clock::now();
   DiskCache::State state = disk_->check(key, &why);

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -42,11 +43,15 @@ class JitCache {
   // The object of `key`: from the disk cache when a valid entry is there and passes `accept`;
   // otherwise, if `compile` is set, built from sources() with cc under the key's lock (once
   // across processes), trial-loaded in its temporary folder, installed and loaded; otherwise
-  // nullptr. An entry that fails any check (metadata, size, hash, the key in its ELF section,
+  // nullptr. Thread-safe; callers building the same key at once wait on its lock and load the
+  // one build. An entry that fails any check (metadata, size, hash, the key in its ELF section,
   // dlopen, the key it reports, `accept`) is rebuilt once; a second bad build is a CompileError.
   std::shared_ptr<SharedObject> get(const std::string& key, const CompilerConfig& cc,
                                     const std::function<JitSources()>& sources,
                                     const Accept& accept, bool compile);
+
+  // Whether the disk cache holds a valid-looking entry for key (DiskCache::check).
+  bool valid(const std::string& key);
 
   const JitCounters& counters() const { return counters_; }
   const std::filesystem::path& root() const { return root_; }
@@ -54,10 +59,12 @@ class JitCache {
  private:
   // Loads `so` if it holds `key` (read from the file first) and passes accept; else nullptr
   // and why.
+  DiskCache& disk();
   std::shared_ptr<SharedObject> load(const std::filesystem::path& so, const std::string& key,
                                      const Accept& accept, std::string* why);
   std::filesystem::path root_;
   Log log_;
+  std::once_flag disk_once_;
   std::unique_ptr<DiskCache> disk_;  // created at first use
   JitCounters counters_;
 };
