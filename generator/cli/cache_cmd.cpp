@@ -9,8 +9,8 @@
 #include <memory>
 
 #include "commands.h"
+#include "gmmgen/cache.hpp"
 #include "gmmgen/errors.hpp"
-#include "jit/disk_cache.h"
 #include "usage.h"
 
 namespace gmmgen::cli {
@@ -90,19 +90,13 @@ uintmax_t parse_size(const std::string& text) {
 }
 
 // The kernel's name and spec from entry.json ("(unreadable entry)" when it has none).
-std::string describe(const DiskCache::Listing& e) {
-  const auto text = [&](const char* key) -> std::string {
-    if (!e.entry.is_object()) return "";
-    const auto it = e.entry.find(key);
-    return it != e.entry.end() && it->is_string() ? it->get<std::string>() : "";
-  };
-  const std::string name = text("name"), spec = text("spec");
-  if (name.empty()) return "(unreadable entry)";
-  return spec.empty() ? name : name + "  " + spec;
+std::string describe(const CacheEntry& e) {
+  if (e.kernel.empty()) return "(unreadable entry)";
+  return e.spec.empty() ? e.kernel : e.kernel + "  " + e.spec;
 }
 
 int list(const std::filesystem::path& root) {
-  const auto cache = DiskCache::open_existing(root);  // creates nothing
+  const auto cache = KernelCache::open(root);  // creates nothing
   if (!cache) {
     std::cout << "0 entries, 0 bytes in " << root.string() << " (no cache folder yet)\n";
     return kExitOk;
@@ -145,26 +139,24 @@ int prune(const std::filesystem::path& root, const std::string& older_than,
   const int64_t age = by_age ? parse_duration(older_than) : 0;
   const std::optional<uintmax_t> size =
       max_size.empty() ? std::nullopt : std::optional<uintmax_t>(parse_size(max_size));
-  if (!DiskCache::open_existing(root)) {
+  auto cache = KernelCache::open(root);
+  if (!cache) {
     std::cout << "pruned 0 entries: no cache folder at " << root.string() << "\n";
     return kExitOk;
   }
-  DiskCache cache(root);
   const int64_t now = int64_t(std::time(nullptr));
   uintmax_t freed = 0;
-  const auto removed = cache.prune(by_age ? std::optional<int64_t>(now - age) : std::nullopt, size);
+  const auto removed =
+      cache->prune(by_age ? std::optional<int64_t>(now - age) : std::nullopt, size);
   for (const auto& e : removed) {
     freed += e.bytes;
     std::printf("removed %s %10s, last used %s ago  %s\n", e.key.c_str(),
                 human_bytes(e.bytes).c_str(), human_age(now - e.used).c_str(), describe(e).c_str());
   }
-  uintmax_t left = 0;
-  size_t left_count = 0;
-  for (const auto& e : cache.list())
-    if (e.note.empty()) left += e.bytes, ++left_count;
+  const CacheStats left = cache->stats();
   std::printf("pruned %zu entries (%s); %zu entries (%s) left in %s\n", removed.size(),
-              human_bytes(freed).c_str(), left_count, human_bytes(left).c_str(),
-              cache.root().c_str());
+              human_bytes(freed).c_str(), left.entries, human_bytes(left.bytes).c_str(),
+              cache->root().c_str());
   return kExitOk;
 }
 
@@ -202,19 +194,19 @@ Command add_cache(CLI::App& app) {
   return {cmd, [o] {
             if (o->action != "prune" && (!o->older_than.empty() || !o->max_size.empty()))
               throw InvalidArgument("--older-than and --max-size apply to 'cache prune' only");
-            const std::filesystem::path root = DiskCache::default_root();
+            const std::filesystem::path root = KernelCache::default_root();
             if (o->action == "path") {
               std::cout << root.string() << "\n";
               return kExitOk;
             }
             if (o->action == "ls") return list(root);
             if (o->action == "prune") return prune(root, o->older_than, o->max_size);
-            if (!DiskCache::open_existing(root)) {
+            auto cache = KernelCache::open(root);
+            if (!cache) {
               std::cout << "removed 0 entries: no cache folder at " << root.string() << "\n";
               return kExitOk;
             }
-            DiskCache cache(root);
-            std::cout << "removed " << cache.clear() << " entries from " << cache.root().string()
+            std::cout << "removed " << cache->clear() << " entries from " << cache->root().string()
                       << "\n";
             return kExitOk;
           }};

@@ -6,7 +6,7 @@
 #include <iostream>
 
 #include "commands.h"
-#include "jit/toolchain.h"
+#include "gmmgen/runtime.hpp"
 #include "usage.h"
 
 namespace {

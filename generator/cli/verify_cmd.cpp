@@ -25,7 +25,6 @@
 #include "gmmgen/runtime.hpp"
 #include "gmmgen/templates.h"
 #include "gmmgen/verify/checker.h"
-#include "jit/toolchain.h"
 
 extern char** environ;
 
@@ -216,8 +215,7 @@ Outcome verify_one(Runtime& rt, const KernelSpec& spec, const fs::path* src, uin
   const auto t0 = Clock::now();
   try {
     if (!host_runs(spec.isa)) {
-      compile_shared_object(default_compiler(target_of(spec.target).toolchain_flags(spec)),
-                            *src / (o.name + ".cpp"), *src, *src / (o.name + ".so"));
+      compile_kernel(spec, *src / (o.name + ".cpp"), *src, *src / (o.name + ".so"));
       o.seconds = seconds_since(t0);
       o.skipped = true;
       return o;

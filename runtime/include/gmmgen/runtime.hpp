@@ -237,6 +237,22 @@ class Runtime {
   std::unique_ptr<Impl> impl_;
 };
 
+// Compiles an emitted C++ kernel source (`gmm-gen emit`'s <name>.cpp; its headers in
+// include_dir) into the shared object `output` with the runtime's compiler settings
+// ($GMMGEN_CXX, $GMMGEN_CXXFLAGS) and the flags the spec needs, without loading it: e.g. a
+// kernel of an ISA family this CPU cannot run. Throws CompileError with the compiler's message.
+void compile_kernel(const KernelSpec& spec, const std::filesystem::path& source,
+                    const std::filesystem::path& include_dir, const std::filesystem::path& output);
+
+// A command line as one printable string, arguments quoted where needed (as the runtime logs
+// compile commands at GMMGEN_LOG=debug).
+std::string format_command(const std::vector<std::string>& argv);
+
+// Kills the compilers this process runs now (SIGKILL to their process groups, which a
+// terminal's Ctrl-C does not reach). Async-signal-safe: for a signal handler that then ends
+// the process.
+void kill_running_compiles();
+
 // The cache key of a spec under the current compiler settings: hash of the spec hash (canonical
 // spec, generator version, templates), the compiler's identity (its version, not its path), the
 // flags, and the target ISA (for isa=native, the host CPU's model and feature flags).

@@ -356,6 +356,12 @@ void Runtime::warmup(const std::vector<KernelSpec>& specs, int jobs) {
     if (e) std::rethrow_exception(e);
 }
 
+void compile_kernel(const KernelSpec& spec, const fs::path& source, const fs::path& include_dir,
+                    const fs::path& output) {
+  validate(spec);
+  compile_shared_object(compiler_for(spec), source, include_dir, output);
+}
+
 bool Runtime::cached(const KernelSpec& spec) const {
   return impl_->jit.valid(cache_key(spec));
 }
