@@ -14,9 +14,9 @@
 
 #include "gmmgen/heuristics.h"
 #include "gmmgen/runtime.hpp"
+#include "gmmgen/tuning/table.h"
 #include "jit/toolchain.h"
 #include "scratch.h"
-#include "tuning/table.h"
 
 namespace gmmgen {
 namespace {

@@ -17,7 +17,7 @@
 #include "gmmgen/quantize.hpp"
 #include "gmmgen/spec.h"
 #include "jit/cache_entry.h"
-#include "tuning/table.h"
+#include "gmmgen/tuning/table.h"
 
 namespace {
 

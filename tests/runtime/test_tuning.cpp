@@ -16,7 +16,7 @@
 #include "gmmgen/runtime.hpp"
 #include "gmmgen/verify/reference.h"
 #include "scratch.h"
-#include "tuning/table.h"
+#include "gmmgen/tuning/table.h"
 #include "tuning/tables.h"
 
 namespace gmmgen {

@@ -1,4 +1,4 @@
-#include "tuning/table.h"
+#include "gmmgen/tuning/table.h"
 
 #include <algorithm>
 #include <cmath>

@@ -22,7 +22,7 @@
 #include <vector>
 
 #include "dispatch/select.h"
-#include "tuning/table.h"
+#include "gmmgen/tuning/table.h"
 
 namespace gmmgen::tuning {
 
@@ -39,9 +39,6 @@ struct ShippedTable {
   std::string_view text;
 };
 std::span<const ShippedTable> shipped_tables();
-
-// The folder `gmm-gen tune` writes to by default, under a cache root.
-std::filesystem::path cache_tuning_dir(const std::filesystem::path& cache_root);
 
 // The sources above for a runtime whose disk cache is at cache_root ($GMMGEN_TUNING_DIR is
 // read now).

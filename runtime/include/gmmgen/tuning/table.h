@@ -1,6 +1,6 @@
 // Tuning tables (docs/tuning.md): the tilings `gmm-gen tune` measured fastest on one device, per
 // problem and per bucket of rows per group. This file is the format: parse, write, merge, match.
-// Where tables are found and how a call picks an entry is tuning/tables.h.
+// A Runtime reads them from $GMMGEN_TUNING_DIR, then cache_tuning_dir(), then the shipped ones.
 //
 //   {"version": 1,
 //    "device": {"cpu": "...", "isa": "avx512", "compiler": "..."},
@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <limits>
 #include <nlohmann/json_fwd.hpp>
 #include <optional>
@@ -99,6 +100,10 @@ double rows_per_group(std::span<const int32_t> group_sizes, int64_t group_offset
 // JSON. Both parse back with the spec parsers (the tiling left to the heuristic).
 std::string problem_text(const KernelSpec& s);
 nlohmann::ordered_json problem_json(const KernelSpec& s);
+
+// The folder of the tables `gmm-gen tune` writes by default under a cache root (<root>/tuning),
+// which every Runtime with that cache reads.
+std::filesystem::path cache_tuning_dir(const std::filesystem::path& cache_root);
 
 // "[16, 32)" or "[16, inf)".
 std::string to_string(const Bucket& b);
