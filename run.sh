@@ -21,7 +21,7 @@ step "build: $build (no tests)"
 cmake -S . -B "$build" -G Ninja -DGMMGEN_BUILD_TESTS=OFF
 cmake --build "$build"
 
-gmm_gen="$build/generator/gmm-gen"
+gmm_gen="$build/bin/gmm-gen"
 step "emit: generated/specs.json -> $build/default_kernels"
 "$gmm_gen" emit --spec-file generated/specs.json --out "$build/default_kernels" \
   --bundle default_kernels

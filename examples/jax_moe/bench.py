@@ -4,7 +4,7 @@ expert matmuls and combine (each stage jitted apart), and the bytes each device 
 read from the compiled program's all-to-all operands, against the rows a ragged all-to-all would
 send for the same routing (the pairs whose expert lies on another device, there and back).
 
-    .venv/bin/python examples/jax_moe/bench.py --gmm-gen build-main/generator/gmm-gen
+    .venv/bin/python examples/jax_moe/bench.py --gmm-gen build-main/bin/gmm-gen
 
 On the CPU the kernels run in Pallas's generic interpreter and the "devices" share the host's
 cores: the figures show the cost of the exchange and that every mesh runs, not a speed-up.

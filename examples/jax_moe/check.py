@@ -3,7 +3,7 @@ gradient, the updated parameters) on one device against a dense float64 referenc
 experts split over 2 and 4 devices against the one-device run. Prints the worst error of each
 result as a share of its bound: max|got - want| <= TOL * max|want|.
 
-    .venv/bin/python examples/jax_moe/check.py --gmm-gen build-main/generator/gmm-gen
+    .venv/bin/python examples/jax_moe/check.py --gmm-gen build-main/bin/gmm-gen
 """
 
 import os
