@@ -17,6 +17,7 @@
 
 #include "gmmgen/quantize.hpp"
 #include "gmmgen/runtime.hpp"
+#include "gmmgen/tune/tune.h"
 #include "gmmgen/version.h"
 
 namespace py = pybind11;
@@ -114,6 +115,78 @@ QuantizeOptions quant_options(int dtype, const std::string& scheme, int axis,
   return o;
 }
 
+// gmmgen.tune in this process (the tuning library): the sweep runs with the GIL released; each
+// variant done is reported to `progress` (a callable taking a dict, or None) with the GIL held, and
+// a Ctrl-C (a pending signal, or `progress` raising) stops the sweep and is raised here, nothing
+// written. Returns what the run did; the package reads the table it wrote.
+py::dict run_tune(const std::vector<std::string>& specs, int64_t m, const std::string& dist,
+                  const std::string& space, const std::string& isa, int jobs, double budget,
+                  int threads, int reps, const std::string& table, const std::string& csv,
+                  const std::string& svg, py::object progress) {
+  tune::Request rq;
+  for (const auto& text : specs) rq.specs.push_back(parse_text(text));
+  rq.m = m, rq.dist = dist, rq.jobs = jobs, rq.budget = budget, rq.reps = reps;
+  if (!space.empty()) rq.space = tune::parse_space(space, "space");
+  if (!isa.empty()) rq.isas = tune::parse_isa_list(isa, "isa");
+  rq.table = table, rq.csv = csv, rq.svg = svg;
+  RuntimeOptions ro;
+  ro.cache_dir = runtime()->cache_dir();  // the package's cache, whose tables its calls read
+  ro.num_threads = threads, ro.jit = true, ro.log = false;
+  Runtime rt(ro);
+  std::optional<py::error_already_set> raised;  // from a signal handler or from `progress`
+  tune::Hooks hooks;
+  hooks.progress.variant = [&](const tune::Variant& v, double heuristic, double best, double left) {
+    py::gil_scoped_acquire gil;
+    if (raised || progress.is_none()) return;
+    try {
+      py::dict d;
+      d["problem"] = tuning::problem_text(v.spec);
+      d["tiling"] = py::make_tuple(v.spec.tiling.tm, v.spec.tiling.tk, v.spec.tiling.tn);
+      d["isa"] = std::string(to_string(v.spec.isa));
+      d["heuristic"] = v.heuristic;
+      d["state"] = tune::state_name(v.state);
+      d["gflops"] = v.gflops;
+      d["speedup"] = heuristic > 0 && v.gflops > 0 ? v.gflops / heuristic : 0.0;
+      d["best_gflops"] = best;
+      d["seconds_left"] = left;
+      d["failure"] = v.failure;
+      progress(d);
+    } catch (py::error_already_set& e) {
+      raised.emplace(std::move(e));
+    }
+  };
+  hooks.progress.stop = [&] {
+    py::gil_scoped_acquire gil;
+    if (!raised && PyErr_CheckSignals() != 0) raised.emplace();
+    return raised.has_value();
+  };
+  tune::Result r;
+  {
+    py::gil_scoped_release release;
+    r = tune::run(rt, rq, hooks);
+  }
+  if (raised) throw std::move(*raised);
+  py::dict out;
+  out["table"] = r.table_path.string();
+  out["entries_written"] = r.tuned.entries.size();
+  out["mismatches"] = r.mismatches;
+  out["unresolved"] = r.unresolved;
+  out["seconds"] = r.seconds;
+  py::list sweeps;
+  for (const tune::Sweep& sw : r.sweeps) {
+    py::dict d;
+    d["problem"] = tuning::problem_text(sw.problem);
+    d["candidates"] = sw.cands.variants.size();
+    d["attempted"] = sw.attempted();
+    d["stopped_by_budget"] = sw.stopped_by_budget;
+    d["heuristic_gflops"] = sw.heuristic_gflops();
+    d["best_gflops"] = sw.best() ? sw.best()->gflops : 0.0;
+    sweeps.append(d);
+  }
+  out["sweeps"] = sweeps;
+  return out;
+}
+
 }  // namespace
 
 PYBIND11_MODULE(_gmmgen, m) {
@@ -126,6 +199,9 @@ PYBIND11_MODULE(_gmmgen, m) {
   py::register_exception<JitDisabledError>(m, "JitDisabledError", PyExc_RuntimeError);
 
   m.def("configure", &configure, py::arg("cache_dir"), py::arg("num_threads"), py::arg("jit"));
+  m.def("tune", &run_tune, py::arg("specs"), py::arg("m"), py::arg("dist"), py::arg("space"),
+        py::arg("isa"), py::arg("jobs"), py::arg("budget"), py::arg("threads"), py::arg("reps"),
+        py::arg("table"), py::arg("csv"), py::arg("svg"), py::arg("progress"));
   m.def("cache_dir", [] { return runtime()->cache_dir().string(); });
   m.def("num_threads", [] { return runtime()->num_threads(); });
   m.def("stats", [] {

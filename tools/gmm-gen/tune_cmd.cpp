@@ -159,7 +159,7 @@ void print_top(const Sweep& sw) {
 }
 
 int run_tune(const TuneOptions& o) {
-  // Everything is checked before anything is compiled or written.
+  // The options, named as given; tune::run checks the rest before anything is compiled.
   if (o.m < 1 || o.m > INT32_MAX)
     throw InvalidArgument("--m=" + std::to_string(o.m) + " must be in [1, 2^31)");
   const auto given = [](const CLI::Option* opt) { return opt && opt->count() > 0; };
@@ -171,55 +171,31 @@ int run_tune(const TuneOptions& o) {
     throw InvalidArgument("--threads " + std::to_string(o.threads) + " must be in [1, 4096]");
   if (o.reps < 1 || o.reps > 1000)
     throw InvalidArgument("--reps " + std::to_string(o.reps) + " must be in [1, 1000]");
-  const tune::Space space = o.space.empty() ? tune::Space{} : tune::parse_space(o.space);
-  const std::vector<Isa> isa_list =
-      o.isa.empty() ? std::vector<Isa>{} : tune::parse_isa_list(o.isa);
+  tune::Request rq;
+  rq.space = o.space.empty() ? tune::Space{} : tune::parse_space(o.space);
+  rq.isas = o.isa.empty() ? std::vector<Isa>{} : tune::parse_isa_list(o.isa);
   if (!o.csv.empty()) tune::check_output_path("--csv", o.csv);
   if (!o.svg.empty()) tune::check_output_path("--svg", o.svg);
   if (!o.table.empty()) tune::check_output_path("--table", o.table);
+  rq.specs = o.filter.apply(o.specs.specs());
+  rq.m = o.m, rq.dist = o.dist, rq.jobs = o.jobs, rq.budget = o.budget, rq.reps = o.reps;
+  rq.table = o.table, rq.csv = o.csv, rq.svg = o.svg;
 
-  std::vector<Sweep> sweeps;
-  const int64_t l2 = tune::l2_bytes();
-  for (const KernelSpec& spec : o.filter.apply(o.specs.specs())) {
-    bench::Workload work;
-    work.shape = o.dist;
-    work.m = o.m;
-    work.group_sizes = bench::group_sizes(o.dist, int32_t(spec.g), o.m, 12345);
-    Sweep sw = tune::plan_sweep(spec, work, space, isa_list, l2);
-    const bool repeat = std::any_of(sweeps.begin(), sweeps.end(), [&](const Sweep& s) {
-      return SameProblem{}(s.problem, sw.problem) && s.isas == sw.isas;
-    });
-    if (!repeat) sweeps.push_back(std::move(sw));
-  }
-
-  const int jobs = o.jobs ? o.jobs : int(std::max(1u, std::thread::hardware_concurrency()));
   RuntimeOptions ro;
   ro.num_threads = o.threads, ro.jit = true, ro.log = false;
   Runtime rt(ro);
-  const bench::Machine machine = bench::describe_machine(rt.num_threads(), false);
-  const tuning::Device device{machine.cpu, machine.isa, machine.compiler};
-  const fs::path table_path =
-      o.table.empty() ? tune::default_table_path(rt.cache_dir(), machine.cpu) : fs::path(o.table);
-  tuning::Table table = tune::existing_table(table_path, device);
-
-  tune::SweepOptions so;
-  so.jobs = jobs, so.machine = machine;
-  so.timing.threads = rt.num_threads(), so.timing.reps = o.reps;
-  so.timing.baseline = bench::BaselineKind::kNone;
-  std::printf(
-      "cpu:       %s\nisa:       %s\ncompiler:  %s\nthreads:   %d (timing), -j %d (compiling)\n"
-      "budget:    %s\ntable:     %s\n",
-      machine.cpu.c_str(), machine.isa.c_str(), machine.compiler.c_str(), rt.num_threads(), jobs,
-      o.budget > 0 ? (fixed(o.budget, 0) + " s").c_str() : "none", table_path.c_str());
-  std::fflush(stdout);
-
   Progress progress;
-  const auto t0 = Clock::now();
-  int mismatches = 0, unresolved = 0;
-  tuning::Table tuned;
-  tuned.device = device;
-  for (size_t i = 0; i < sweeps.size(); ++i) {
-    Sweep& sw = sweeps[i];
+  tune::Hooks hooks;
+  hooks.progress = progress.callbacks();
+  hooks.started = [&](const tune::Result& r) {
+    std::printf(
+        "cpu:       %s\nisa:       %s\ncompiler:  %s\nthreads:   %d (timing), -j %d "
+        "(compiling)\nbudget:    %s\ntable:     %s\n",
+        r.machine.cpu.c_str(), r.machine.isa.c_str(), r.machine.compiler.c_str(), rt.num_threads(),
+        r.jobs, o.budget > 0 ? (fixed(o.budget, 0) + " s").c_str() : "none", r.table_path.c_str());
+    std::fflush(stdout);
+  };
+  hooks.sweep_started = [&](const Sweep& sw) {
     std::printf("\n%s\n  M=%lld, %s: %.1f rows/group (bucket %s); %zu candidates",
                 tuning::problem_text(sw.problem).c_str(), (long long)sw.work.m,
                 sw.work.shape.c_str(), sw.rows_per_group,
@@ -230,43 +206,26 @@ int run_tune(const TuneOptions& o) {
                   sw.cands.pruned_scratch, sw.cands.pruned_cache);
     std::printf("\n");
     std::fflush(stdout);
-    // What is left of the budget, shared equally by the problems not swept yet.
-    so.budget = 0;
-    if (o.budget > 0)
-      so.budget = std::max(0.0, o.budget - seconds_since(t0)) / double(sweeps.size() - i);
-    if (o.budget > 0 && so.budget <= 0) so.budget = 1e-9;  // only the first batch then
     progress.start(sw.cands.variants.size());
-    tune::run_sweep(rt, sw, so, progress.callbacks());
+  };
+  hooks.sweep_done = [&](const Sweep& sw) {
     progress.end();
-    for (const Variant& v : sw.cands.variants) mismatches += v.state == Variant::State::kMismatch;
     print_top(sw);
-    if (const auto e = tune::table_entry(sw, rt.num_threads())) {
-      tuned.entries.push_back(*e);
-    } else {
-      ++unresolved;
-      std::printf("  no variant ran correctly: no table entry\n");
-    }
-  }
+    if (!sw.best()) std::printf("  no variant ran correctly: no table entry\n");
+  };
+  const tune::Result r = tune::run(rt, rq, hooks);
 
   std::printf("\n");
-  if (!tuned.entries.empty()) {
-    tune::write_table(table_path, table, tuned, o.table.empty());
-    std::printf("table: %zu entr%s written to %s (%zu in all)\n", tuned.entries.size(),
-                tuned.entries.size() == 1 ? "y" : "ies", table_path.c_str(), table.entries.size());
-  }
-  if (!o.csv.empty()) {
-    tune::write_file(o.csv, tune::csv_text(sweeps), false);
-    std::printf("csv:   %s\n", o.csv.c_str());
-  }
-  if (!o.svg.empty()) {
-    tune::write_file(o.svg, tune::svg_text(sweeps), false);
-    std::printf("svg:   %s\n", o.svg.c_str());
-  }
-  std::printf("total: %.0f s\n", seconds_since(t0));
-  if (mismatches)
+  if (!r.tuned.entries.empty())
+    std::printf("table: %zu entr%s written to %s (%zu in all)\n", r.tuned.entries.size(),
+                r.tuned.entries.size() == 1 ? "y" : "ies", r.table_path.c_str(), r.table_entries);
+  if (!o.csv.empty()) std::printf("csv:   %s\n", o.csv.c_str());
+  if (!o.svg.empty()) std::printf("svg:   %s\n", o.svg.c_str());
+  std::printf("total: %.0f s\n", r.seconds);
+  if (r.mismatches)
     std::printf("%d variant(s) computed wrong results (MISMATCH above): a bug; please report it\n",
-                mismatches);
-  return mismatches || unresolved ? 1 : 0;
+                r.mismatches);
+  return r.mismatches || r.unresolved ? 1 : 0;
 }
 
 }  // namespace

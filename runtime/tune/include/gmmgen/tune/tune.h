@@ -124,6 +124,48 @@ void run_sweep(Runtime& rt, Sweep& sw, const SweepOptions& o, const Progress& pr
 // rows per group, with the heuristic's GFLOP/s and the workload; nullopt if nothing ran correctly.
 std::optional<tuning::Entry> table_entry(const Sweep& sw, int threads);
 
+// ---- A whole tuning run -------------------------------------------------------------------------
+
+// What to tune: each spec's problem on m rows split by `dist` (bench::group_sizes, seed 12345),
+// over `space` and `isas`, then the table (and reports) written.
+struct Request {
+  std::vector<KernelSpec> specs;  // repeats (same problem and families) are swept once
+  int64_t m = 4096;
+  std::string dist = "uniform";
+  Space space;
+  std::vector<Isa> isas;           // empty: each spec's family
+  int jobs = 0;                    // kernels compiled at once (0: the machine's cores)
+  double budget = 0;               // seconds for the whole run, shared by the problems (0: none)
+  int reps = 5;                    // timed runs per variant after warm-up (the median is kept)
+  std::filesystem::path table;     // table to merge into (empty: default_table_path)
+  std::filesystem::path csv, svg;  // reports to write (empty: none)
+};
+
+struct Result {
+  std::vector<Sweep> sweeps;
+  bench::Machine machine;
+  std::filesystem::path table_path;  // where the table is (written only if `tuned` has entries)
+  tuning::Table tuned;               // this run's entries
+  size_t table_entries = 0;          // entries of the table written, in all
+  int jobs = 0, mismatches = 0, unresolved = 0;  // unresolved: problems nothing ran for
+  bool interrupted = false;  // Progress::stop stopped it: no table or report was written
+  double seconds = 0;
+};
+
+// What a run tells its caller beyond each sweep's Progress: the machine and the table before any
+// sweep (`started`: result holds machine, table_path, jobs), and each sweep before and after it.
+struct Hooks {
+  Progress progress;
+  std::function<void(const Result& r)> started;
+  std::function<void(const Sweep&sw)> sweep_started, sweep_done;
+};
+
+// Plans every sweep (plan_sweep's rules), checks the output paths and reads the table to merge
+// into (existing_table) before anything is compiled; then sweeps on `rt` (its threads time the
+// variants; it compiles even where its JIT is off), and writes the merged table and the reports.
+// Throws InvalidArgument for a bad request (nothing compiled or written then).
+Result run(Runtime& rt, const Request& request, const Hooks& hooks = {});
+
 // ---- Table files -------------------------------------------------------------------------------
 
 // The default table of a machine: <cache>/tuning/<cpu model, slugged>.json, which every Runtime
