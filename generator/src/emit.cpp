@@ -1,10 +1,12 @@
 #include "gmmgen/emit.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 #include <unordered_map>
 
 #include "gmmgen/heuristics.h"
+#include "gmmgen/target.h"
 #include "gmmgen/templates.h"
 #include "render.h"
 
@@ -97,14 +99,15 @@ std::vector<EmittedFile> emit_set(const std::vector<SpecEntry>& entries,
     const Target& t = target_of(kind);
     const std::string dir = std::string(t.name()) + "/";
     for (auto& f : t.support_files()) files.push_back({dir + f.path, std::move(f.content)});
-    if (!bundle.empty() && kind == TargetKind::kCpp) {
+    if (!bundle.empty() && t.caps().bundles) {
       nlohmann::ordered_json entry;
       for (auto& f : t.bundle(bundle, members, entry))
         files.push_back({dir + f.path, std::move(f.content)});
       manifest["bundle"] = entry;
     }
   }
-  if (!bundle.empty() && !targets.count(TargetKind::kCpp))
+  if (!bundle.empty() && std::none_of(targets.begin(), targets.end(),
+                                      [](TargetKind k) { return target_of(k).caps().bundles; }))
     throw SpecError("bundle '" + bundle +
                     "': bundles hold C++ kernels, and no spec has target=cpp");
   files.push_back({"manifest.json", manifest.dump(2) + "\n"});

@@ -8,6 +8,7 @@
 
 #include "gmmgen/bench/bench.h"
 #include "gmmgen/heuristics.h"
+#include "gmmgen/platform.hpp"
 #include "jit/toolchain.h"
 
 #if defined(__x86_64__)

@@ -11,6 +11,8 @@
 
 #include "gmmgen/errors.hpp"
 #include "gmmgen/heuristics.h"
+#include "gmmgen/platform.hpp"
+#include "gmmgen/target.h"
 #include "gmmgen/tune/tune.h"
 
 namespace gmmgen::tune {
@@ -169,7 +171,7 @@ Sweep plan_sweep(const KernelSpec& spec_in, const bench::Workload& work, const S
   KernelSpec spec = spec_in;
   spec.tiling = default_tiling(spec);  // the spec's own tiling is swept, not used
   const std::string text = tuning::problem_text(spec);
-  if (spec.target != TargetKind::kCpp)
+  if (!target_of(spec.target).caps().runtime_runs)
     throw InvalidArgument("spec " + text + ": target=" + std::string(to_string(spec.target)) +
                           ": tune times C++ kernels (target=cpp) on this machine");
   if (spec.g_local != spec.g)

@@ -13,6 +13,7 @@
 #include <tuple>
 
 #include "gmmgen/heuristics.h"
+#include "gmmgen/platform.hpp"
 #include "gmmgen/runtime.hpp"
 #include "gmmgen/tuning/table.h"
 #include "jit/toolchain.h"

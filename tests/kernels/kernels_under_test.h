@@ -12,6 +12,7 @@
 #include "gmmgen/heuristics.h"
 #include "gmmgen/kernel_abi.h"
 #include "gmmgen/naming.h"
+#include "gmmgen/platform.hpp"
 #include "gmmgen/spec.h"
 #include "test_bundles.h"
 

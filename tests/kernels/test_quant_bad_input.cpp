@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "gmmgen/codes.h"
+#include "gmmgen/platform.hpp"
 #include "gmmgen/quantize.hpp"
 #include "kernels_under_test.h"
 

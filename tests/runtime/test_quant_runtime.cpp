@@ -13,6 +13,7 @@
 
 #include "gmmgen/codes.h"
 #include "gmmgen/heuristics.h"
+#include "gmmgen/platform.hpp"
 #include "gmmgen/quantize.hpp"
 #include "gmmgen/runtime.hpp"
 #include "gmmgen/spec.h"

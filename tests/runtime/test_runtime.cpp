@@ -14,6 +14,7 @@
 
 #include "gmmgen/heuristics.h"
 #include "gmmgen/naming.h"
+#include "gmmgen/platform.hpp"
 #include "gmmgen/runtime.hpp"
 #include "gmmgen/runtime_c.h"
 #include "gmmgen/runtime_config.h"

@@ -13,10 +13,11 @@
 #include <set>
 
 #include "gmmgen/heuristics.h"
+#include "gmmgen/platform.hpp"
 #include "gmmgen/runtime.hpp"
+#include "gmmgen/tuning/table.h"
 #include "gmmgen/verify/reference.h"
 #include "scratch.h"
-#include "gmmgen/tuning/table.h"
 #include "tuning/tables.h"
 
 namespace gmmgen {

@@ -27,7 +27,8 @@ std::vector<std::string> split(std::string_view s, std::string_view sep) {
 std::string not_supported_note(const SpecField& f) {
   if (!f.values.empty()) return "";  // not an enumeration
   std::string note;
-  for (const TargetKind kind : {TargetKind::kCpp, TargetKind::kPallas}) {
+  for (const Target* target : targets()) {
+    const TargetKind kind = target->kind();
     std::vector<std::string> rejected;
     for (const std::string& v : split(field_values(f), ", ")) {
       KernelSpec s;

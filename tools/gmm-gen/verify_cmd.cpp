@@ -22,6 +22,7 @@
 #include "commands.h"
 #include "gmmgen/emit.h"
 #include "gmmgen/heuristics.h"
+#include "gmmgen/platform.hpp"
 #include "gmmgen/runtime.hpp"
 #include "gmmgen/templates.h"
 #include "gmmgen/verify/checker.h"
@@ -243,8 +244,9 @@ int run_verify(const std::vector<KernelSpec>& specs, uint64_t seed, bool quick, 
   for (const auto& s : specs) validate(s);
   std::vector<KernelSpec> cpp, elsewhere;  // elsewhere: emitted into the temporary folder
   for (const auto& s : specs) {
-    if (s.target == TargetKind::kCpp) cpp.push_back(s);
-    if (s.target != TargetKind::kCpp || !host_runs(s.isa)) elsewhere.push_back(s);
+    const bool runs = target_of(s.target).caps().runtime_runs;
+    if (runs) cpp.push_back(s);
+    if (!runs || !host_runs(s.isa)) elsewhere.push_back(s);
   }
   const size_t pallas = specs.size() - cpp.size();
   // The runtime the -j workers share (it builds distinct kernels at once; each worker runs its

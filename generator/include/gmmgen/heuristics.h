@@ -81,10 +81,6 @@ bool bf16_pairs(const KernelSpec& s, const IsaFamily& f);
 bool quant_int_dot(const KernelSpec& s, const IsaFamily& f);
 bool quant_pairs(const KernelSpec& s, const IsaFamily& f);
 
-// The best family this machine can run (cpuid), and whether it can run a given one.
-Isa host_isa();
-bool host_supports(Isa isa);
-
 // gmm items whose rows fill at most this many register tiles (small groups: the weights stream
 // from memory) spread the prefetch of the weights their panels need next over all their tiles
 // (measured on Zen 4, S1-S4: 4 beats 1 and 16 on S3/S4 by 5-20% and leaves S1/S2 unchanged);
@@ -121,13 +117,17 @@ inline constexpr int64_t packed_cols(int64_t tn, int64_t nr) {
 
 // Default tiling when a spec names none, for the spec's target (and op and shape). Each value is
 // clipped to the problem (tk <= K, tn <= N) so small problems get small tiles.
-Tiling default_tiling(const KernelSpec& s);
+Tiling default_tiling(const KernelSpec& s);  // the spec's target's (Target::default_tiling)
+// The C++ target's default tiling.
+Tiling cpp_default_tiling(const KernelSpec& s);
 
 // The runtime's untuned tiling for a call whose groups hold rows_per_group rows on average (the
 // group sizes are known at call time; 0 when unknown): default_tiling() adapted to how often each
-// weight byte is reused. Kernels named by a spec keep default_tiling(), so a spec's kernel name
-// does not depend on the calls it serves.
-Tiling heuristic_tiling(const KernelSpec& s, double rows_per_group);
+// weight byte is reused, for the family the kernel runs as (the spec's, or for isa=native
+// `native`, a concrete family: the runtime passes its host's, gmmgen/platform.hpp). Kernels
+// named by a spec keep default_tiling(), so a spec's kernel name does not depend on the calls it
+// serves, nor on the machine that emits it.
+Tiling heuristic_tiling(const KernelSpec& s, double rows_per_group, Isa native);
 
 // The tiling a C++ kernel runs: the spec's, with tk and tn clamped to K and N (a tile larger
 // than its dimension gives the same results). Scratch sizes and the emitted TK, TN use it, so a

@@ -34,6 +34,16 @@ struct BundleMember {
   std::vector<std::string> aliases;
 };
 
+// What a target can do, for the code that treats targets alike.
+struct TargetCaps {
+  // Its kernels go into bundles, with C entry points (and so take aliases in spec files).
+  bool bundles = false;
+  // The runtime builds and runs its kernels on this machine: verify checks them through a
+  // Runtime, tune times them, bench runs them. (Other targets' are checked by a checker of their
+  // own: Pallas modules by check_pallas.py under JAX.)
+  bool runtime_runs = false;
+};
+
 class Target {
  public:
   virtual ~Target() = default;
@@ -44,6 +54,10 @@ class Target {
   // Throws SpecError if this target cannot build a spec that is otherwise valid: its limits
   // (e.g. scratch), or "not supported yet: ..." for a feature it does not have.
   virtual void check(const KernelSpec& s) const = 0;
+  virtual TargetCaps caps() const = 0;
+  // The tiling of a spec that names none (the fields it leaves out take it): for its op and
+  // shape, clipped to the problem; never dependent on the machine that emits it.
+  virtual Tiling default_tiling(const KernelSpec& s) const = 0;
   // The kernel's files, paths relative to the target's folder, rendered through r.
   virtual std::vector<EmittedFile> render(const KernelSpec& s, const KernelId& id,
                                           Renderer& r) const = 0;
@@ -61,6 +75,9 @@ class Target {
   virtual std::vector<std::string> toolchain_flags(const KernelSpec& s) const = 0;
 };
 
+// The registry: every target, in TargetKind order (one row per target in src/targets/targets.cpp),
+// and the one of a kind.
+std::span<const Target* const> targets();
 const Target& target_of(TargetKind kind);
 
 }  // namespace gmmgen

@@ -1,18 +1,12 @@
-// The C++ target on x86-64: its ISA families (flags, guards, micro-kernel register tiles), host
-// CPU detection, default tilings and scratch footprints.
+// The C++ target on x86-64: its ISA families (flags, guards, micro-kernel register tiles), default
+// tilings and scratch footprints. Which families this machine runs is the runtime's to probe
+// (gmmgen/platform.hpp): the generator may run on another machine at build time.
 #include <algorithm>
 #include <array>
 
 #include "gmmgen/codes.h"
 #include "gmmgen/heuristics.h"
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#endif
-#if defined(__linux__) && defined(__x86_64__)
-#include <sys/syscall.h>
-#include <unistd.h>
-#endif
+#include "gmmgen/target.h"
 
 namespace gmmgen {
 namespace {
@@ -52,50 +46,6 @@ const std::array<IsaFamily, 5> kFamilies{{
      false, "cpp/quant/decode_generic.inc"},
 }};
 
-struct CpuFeatures {
-  bool avx2 = false, fma = false, f16c = false, avx512 = false, bf16 = false, vnni = false;
-  bool amx = false;  // AMX tiles with bf16, and the OS lets this process use them
-};
-
-// Linux hands out the AMX tile state per process on request (arch_prctl ARCH_REQ_XCOMP_PERM for
-// XFEATURE_XTILEDATA); without the grant a tile instruction faults. Kernels ask again themselves
-// (templates/cpp/ukernel/amx.inc), so code built elsewhere needs nothing from this process.
-bool amx_permitted() {
-#if defined(__linux__) && defined(__x86_64__)
-  constexpr long kArchReqXcompPerm = 0x1023, kXfeatureXtiledata = 18;
-  return syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) == 0;
-#else
-  return false;
-#endif
-}
-
-CpuFeatures detect() {
-  CpuFeatures f;
-#if defined(__x86_64__) || defined(__i386__)
-  unsigned a, b, c, d;
-  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
-  const bool osxsave = c & (1u << 27), avx = c & (1u << 28);
-  f.fma = c & (1u << 12);
-  f.f16c = c & (1u << 29);
-  if (!osxsave || !avx) return f;
-  unsigned xcr0_lo, xcr0_hi;
-  __asm__("xgetbv" : "=a"(xcr0_lo), "=d"(xcr0_hi) : "c"(0));
-  const bool ymm_state = (xcr0_lo & 0x6u) == 0x6u;    // SSE and AVX state saved by the OS
-  const bool zmm_state = (xcr0_lo & 0xe6u) == 0xe6u;  // plus opmask and both ZMM halves
-  if (!ymm_state || !__get_cpuid_count(7, 0, &a, &b, &c, &d)) return f;
-  f.avx2 = b & (1u << 5);
-  const bool avx512f = b & (1u << 16), dq = b & (1u << 17), bw = b & (1u << 30),
-             vl = b & (1u << 31);
-  f.avx512 = zmm_state && avx512f && dq && bw && vl;
-  f.vnni = f.avx512 && (c & (1u << 11));
-  const bool amx_tile = d & (1u << 24), amx_bf16 = d & (1u << 22);
-  const bool tile_state = (xcr0_lo & 0x60000u) == 0x60000u;  // XTILECFG and XTILEDATA
-  if (f.avx512 && __get_cpuid_count(7, 1, &a, &b, &c, &d)) f.bf16 = a & (1u << 5);
-  f.amx = f.bf16 && f.vnni && amx_tile && amx_bf16 && tile_state && amx_permitted();
-#endif
-  return f;
-}
-
 }  // namespace
 
 std::span<const IsaFamily> isa_families() {
@@ -114,34 +64,6 @@ std::vector<std::string> isa_flags(Isa isa) {
   return {};
 }
 
-bool host_supports(Isa isa) {
-  static const CpuFeatures c = detect();
-  const bool avx2 = c.avx2 && c.fma && c.f16c;
-  switch (isa) {
-    case Isa::kNative:
-    case Isa::kGeneric:
-      return true;
-    case Isa::kAvx2:
-      return avx2;
-    case Isa::kAvx512:
-      return avx2 && c.avx512;
-    case Isa::kAvx512Bf16:
-      return avx2 && c.avx512 && c.bf16 && c.vnni;
-    case Isa::kAmx:
-      return avx2 && c.avx512 && c.bf16 && c.vnni && c.amx;
-  }
-  return false;
-}
-
-Isa host_isa() {
-  static const Isa best = [] {  // cpuid once: the runtime asks on every untuned call
-    for (const auto& f : kFamilies)
-      if (host_supports(f.isa)) return f.isa;
-    return Isa::kGeneric;
-  }();
-  return best;
-}
-
 // C++ target defaults, from sweeps on Zen 4 (median of 3, S1-S4; the landscape is flat within
 // ~7% around the choice). gmm: an item is up to tm rows of one group and tn columns; per k-block
 // of tk its weights are packed (or read in place) once and used by every mr-row register tile.
@@ -151,7 +73,10 @@ Isa host_isa() {
 // 233). tgmm: an item is a [tk x tn] tile of one group's output, summed over the group's rows tm
 // at a time (both operands' chunks stay in L2).
 Tiling default_tiling(const KernelSpec& s) {
-  if (s.target == TargetKind::kPallas) return pallas_default_tiling(s);
+  return target_of(s.target).default_tiling(s);
+}
+
+Tiling cpp_default_tiling(const KernelSpec& s) {
   Tiling t;
   if (s.op == Op::kTgmm) {
     // C tiles of 96 rows x 128 columns either way: rows over k and columns over n, or with out
@@ -178,10 +103,12 @@ Tiling default_tiling(const KernelSpec& s) {
 // 8% of the best on S1-S4 and the MoE products, except for a narrow output (the MoE router's weight
 // gradient, N=8): an item is a [tk x tn] output tile, and with tn <= 32 a deeper tk=256 gives each
 // pass over the group's rows enough work (0.28 -> 0.22 ms, +25%).
-Tiling heuristic_tiling(const KernelSpec& s, double rows_per_group) {
+Tiling heuristic_tiling(const KernelSpec& s, double rows_per_group, Isa native) {
   Tiling t = default_tiling(s);
   if (s.target != TargetKind::kCpp) return t;
-  const IsaFamily& f = isa_family(s.isa == Isa::kNative ? host_isa() : s.isa);
+  if (s.isa == Isa::kNative && native == Isa::kNative)
+    throw SpecError("heuristic_tiling: isa=native needs the family it stands for on this machine");
+  const IsaFamily& f = isa_family(s.isa == Isa::kNative ? native : s.isa);
   if (s.op == Op::kTgmm) {
     // On an AMX Xeon (2 cores), which copies each chunk of rows (tgmm_in_place): output tiles of
     // 288 x 384 (C rows x columns) summed over chunks of 64 rows (S1 f32 196-231 -> 270 GFLOP/s,

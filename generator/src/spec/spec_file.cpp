@@ -12,6 +12,7 @@
 
 #include "codecs.h"
 #include "gmmgen/spec.h"
+#include "gmmgen/target.h"
 
 namespace gmmgen {
 namespace {
@@ -257,7 +258,7 @@ std::vector<SpecEntry> parse_spec_entries(std::string_view text, const std::stri
     const SpecEntry& e = entries.back();
     if (e.alias.empty()) continue;
     const std::string quoted = "alias '" + e.alias + "'";
-    if (e.spec.target != TargetKind::kCpp)
+    if (!target_of(e.spec.target).caps().bundles)
       throw SpecError(at + quoted + " names a target=" + std::string(to_string(e.spec.target)) +
                       " kernel; only target=cpp kernels have C entry points");
     for (const std::string& sym : alias_symbols(e.alias)) {

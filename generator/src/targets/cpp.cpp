@@ -205,6 +205,8 @@ void check_bundle_symbols(const std::string& bundle, std::span<const BundleMembe
 class CppTarget final : public Target {
  public:
   TargetKind kind() const override { return TargetKind::kCpp; }
+  TargetCaps caps() const override { return {.bundles = true, .runtime_runs = true}; }
+  Tiling default_tiling(const KernelSpec& s) const override { return cpp_default_tiling(s); }
 
   void check(const KernelSpec& s) const override {
     auto not_yet = [](const std::string& what) { throw SpecError("not supported yet: " + what); };

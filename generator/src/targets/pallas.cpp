@@ -179,6 +179,8 @@ std::string scales_py(const Quant& q) {
 class PallasTarget final : public Target {
  public:
   TargetKind kind() const override { return TargetKind::kPallas; }
+  TargetCaps caps() const override { return {.bundles = false, .runtime_runs = false}; }
+  Tiling default_tiling(const KernelSpec& s) const override { return pallas_default_tiling(s); }
 
   void check(const KernelSpec& s) const override {
     auto not_yet = [](const std::string& what, const char* why) {

@@ -6,6 +6,7 @@
 
 #include "gmmgen/errors.hpp"
 #include "gmmgen/heuristics.h"
+#include "gmmgen/platform.hpp"
 
 namespace gmmgen {
 

@@ -1,6 +1,7 @@
 #include "dispatch/select.h"
 
 #include "gmmgen/heuristics.h"
+#include "gmmgen/platform.hpp"
 
 namespace gmmgen {
 

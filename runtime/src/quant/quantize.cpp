@@ -26,6 +26,7 @@
 
 #include "gmmgen/codes.h"
 #include "gmmgen/heuristics.h"
+#include "gmmgen/platform.hpp"
 
 namespace gmmgen {
 namespace {

@@ -13,6 +13,7 @@
 
 #include "gmmgen/fd.h"
 #include "gmmgen/heuristics.h"
+#include "gmmgen/platform.hpp"
 
 namespace gmmgen::tuning {
 namespace fs = std::filesystem;
