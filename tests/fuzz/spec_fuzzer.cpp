@@ -16,8 +16,8 @@
 #include "gmmgen/naming.h"
 #include "gmmgen/quantize.hpp"
 #include "gmmgen/spec.h"
-#include "jit/cache_entry.h"
 #include "gmmgen/tuning/table.h"
+#include "jit/cache_entry.h"
 
 namespace {
 
