@@ -11,7 +11,7 @@ string this script knows (see docs/contributing.md, "The docs test").
 
 `page` runs the blocks of one page, in order, in one scratch folder (<build>/docs-test/<page>),
 whose build-main and build are the build folder and whose generated, examples, python, tests and
-.venv link to the source tree; gmm-gen is on PATH:
+.venv link to the source tree; gmm-gen (--gmm-gen) is on PATH:
   sh                  bash -e -o pipefail
   cpp, c              compiled (-Wall -Wextra -Werror) against the build's headers and the
                       runtime's shared library, then run
@@ -203,7 +203,7 @@ def run_page(a):
         os.symlink(os.path.join(source, ".venv"), os.path.join(scratch, ".venv"))
 
     env = dict(os.environ)
-    env["PATH"] = os.path.join(build, "generator") + os.pathsep + env.get("PATH", "")
+    env["PATH"] = os.path.dirname(os.path.abspath(a.gmm_gen)) + os.pathsep + env.get("PATH", "")
     env.setdefault("GMMGEN_CACHE_DIR", env.get("GMMGEN_TEST_CACHE_DIR") or
                    os.path.join(build, "test-cache"))
     env["JAX_PLATFORMS"] = env.get("JAX_PLATFORMS", "cpu")
@@ -298,11 +298,13 @@ def main():
     p.add_argument("--runtime-lib")
     p.add_argument("--include", action="append", default=[])
     p.add_argument("--jax-python")
+    p.add_argument("--gmm-gen", help="the gmm-gen binary the blocks run (its folder goes first "
+                   "on PATH)")
     a = p.parse_args()
     if a.mode == "links":
         return check_links(os.path.realpath(a.source))
-    if not a.page or not a.build or not a.runtime_lib:
-        p.error("page needs PAGE, --build and --runtime-lib")
+    if not a.page or not a.build or not a.runtime_lib or not a.gmm_gen:
+        p.error("page needs PAGE, --build, --runtime-lib and --gmm-gen")
     return run_page(a)
 
 
