@@ -333,10 +333,6 @@ void Runtime::warmup(const std::vector<KernelSpec>& specs, int jobs) {
   if (jobs < 0) throw InvalidArgument("warmup: jobs must be >= 0 (0: the machine's cores)");
   if (jobs == 0) jobs = int(std::max(1u, std::thread::hardware_concurrency()));
   const size_t workers = std::min(specs.size(), size_t(jobs));
-  if (workers <= 1) {
-    for (const auto& s : specs) kernel(s);
-    return;
-  }
   // Each worker takes the next spec; every spec is tried, and the first failure (in spec order)
   // is thrown once all are done.
   std::atomic<size_t> next{0};
