@@ -3,7 +3,8 @@
 #     consumers, examples, fuzz, docs);
 #   - the tiers that run it. The tiers nest: a `smoke` test also carries `ci` and `full`, a `ci`
 #     test also `full`, a `full` test only `full`. So `ctest -L '^ci$'` runs the ci tier, and
-#     `ctest -L '^full$'` runs everything.
+#     `ctest -L '^full$'` runs everything but the tests of tier `ci_only` (label `ci`): quick
+#     subsets of a check whose every case the full tier runs as other tests.
 # A test's tier is the first of its tier labels; docs/contributing.md ("Test tiers") says what
 # goes in each.
 include_guard(GLOBAL)
@@ -13,11 +14,18 @@ set(_GMMGEN_TEST_SUBJECTS unit kernels runtime cli pallas python consumers examp
 set(_GMMGEN_TIER_LABELS_smoke smoke ci full)
 set(_GMMGEN_TIER_LABELS_ci ci full)
 set(_GMMGEN_TIER_LABELS_full full)
+set(_GMMGEN_TIER_LABELS_ci_only ci)
+
+# The environment of the tests that run JAX: their arrays are small and most of their time is
+# XLA compiling (interpret mode compiles per shape), so XLA compiles without its costly
+# optimizations (~15% less test time).
+set(GMMGEN_TEST_JAX_ENV
+    "XLA_FLAGS=--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true")
 
 # gmmgen_test_labels(<tier> <subject> <label-var>): the labels of a test of this tier and subject.
 function(gmmgen_test_labels tier subject out)
   if(NOT DEFINED _GMMGEN_TIER_LABELS_${tier})
-    message(FATAL_ERROR "gmm-gen tests: tier '${tier}' is not smoke, ci or full")
+    message(FATAL_ERROR "gmm-gen tests: tier '${tier}' is not smoke, ci, full or ci_only")
   endif()
   if(NOT subject IN_LIST _GMMGEN_TEST_SUBJECTS)
     message(FATAL_ERROR "gmm-gen tests: subject '${subject}' is not one of ${_GMMGEN_TEST_SUBJECTS}")

@@ -110,6 +110,8 @@ TEST(Emit, BundleRules) {
   EXPECT_THROW(emit_set(default_specs(), "not-an-identifier"), SpecError);
   auto specs = default_specs();
   std::erase_if(specs, [](const KernelSpec& s) { return s.target != TargetKind::kCpp; });
+  ASSERT_GE(specs.size(), 3u);
+  specs.resize(3);  // a few are enough (each emit of the whole set takes seconds under ASan)
   specs.back().isa = Isa::kGeneric;
   auto manifest = nlohmann::json::parse(emit_set(specs, "mixed").back().content);
   EXPECT_EQ(nlohmann::json::array({"-march=native"}), manifest["bundle"]["compile_flags"]);
