@@ -126,8 +126,61 @@ Tiling cpp_default_tiling(const KernelSpec& s);
 // weight byte is reused, for the family the kernel runs as (the spec's, or for isa=native
 // `native`, a concrete family: the runtime passes its host's, gmmgen/platform.hpp). Kernels
 // named by a spec keep default_tiling(), so a spec's kernel name does not depend on the calls it
-// serves, nor on the machine that emits it.
-Tiling heuristic_tiling(const KernelSpec& s, double rows_per_group, Isa native);
+// serves, nor on the machine that emits it. For the C++ target: default_tiling() with every rule
+// of cpu_tiling_rules() that holds applied in order; `applied`, when given, receives their names.
+Tiling heuristic_tiling(const KernelSpec& s, double rows_per_group, Isa native,
+                        std::vector<std::string_view>* applied = nullptr);
+
+// ---- The C++ target's tiling rules (src/heuristics/cpu_x86_tiling.cpp) -----------------------
+// Data: each rule is a set of conditions on the spec, the family and the call's rows per group,
+// and what it does to each of tm, tk, tn. docs/internals/tiling-rules.md gives the measurements
+// behind each rule under its name (several rows may share one name: one per layout).
+
+// Groups of fewer rows than this (on average, over the active groups) are small: their weights
+// stream from memory once per call.
+inline constexpr double kSmallGroupRows = 64;
+// Outputs at most this many columns wide are narrow.
+inline constexpr int64_t kNarrowColumns = 32;
+
+constexpr uint8_t family_bit(Isa isa) {
+  return uint8_t(1u << unsigned(isa));
+}
+enum class RuleOperands {
+  kAnyOperands,
+  kF32xF32,
+  kF32Lhs,
+  kF32Rhs,
+  kBf16xBf16,
+  kFloat,           // neither operand quantized
+  kPairs,           // multiplied in bf16 pairs: bf16_pairs() or quant_pairs()
+  kBf16xQuantized,  // bf16 lhs, quantized rhs
+};
+enum class RuleLayout { kAnyLayout, kKN, kNK };  // rhs (gmm) or out (tgmm) stored [K, N] or [N, K]
+enum class RuleRows { kAnyRows, kSmall, kLarge };    // kLarge: not small (or not known)
+enum class RuleWidth { kAnyWidth, kWide, kNarrow };  // kNarrow: n <= kNarrowColumns
+enum class RuleTileKind {
+  kKeep,              // leave the tile as it is
+  kSet,               // value, clipped to the problem (tk <= K, tn <= N)
+  kPackedWeightsFit,  // tn: whole register tiles whose packed bf16 weights (K x tn) fit `value`
+                      // bytes, between one and four register tiles
+  kSpreadColumns,     // tn: n * g_local / 16 in multiples of 64 (>= 16 items per call), between
+                      // 256 and `value`
+};
+struct RuleTile {
+  RuleTileKind kind = RuleTileKind::kKeep;
+  int64_t value = 0;
+};
+struct TilingRule {
+  std::string_view name;  // its section in docs/internals/tiling-rules.md
+  Op op;
+  uint8_t families;  // family_bit() of each family it holds for
+  RuleOperands operands;
+  RuleLayout layout;
+  RuleRows rows;
+  RuleWidth width;
+  RuleTile tm, tk, tn;
+};
+std::span<const TilingRule> cpu_tiling_rules();
 
 // The tiling a C++ kernel runs: the spec's, with tk and tn clamped to K and N (a tile larger
 // than its dimension gives the same results). Scratch sizes and the emitted TK, TN use it, so a

@@ -1,0 +1,81 @@
+// The C++ target's tiling rules (cpu_tiling_rules): every rule is documented, none is dead, and
+// heuristic_tiling names the rules it applied.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <regex>
+#include <set>
+#include <string>
+
+#include "gmmgen/heuristics.h"
+#include "gmmgen/spec.h"
+#include "scratch.h"
+
+namespace gmmgen {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Each rule's measurements are a section of docs/internals/tiling-rules.md under its name, and
+// each section but the default tiling's is a rule.
+TEST(TilingRules, EveryRuleHasADocsSectionAndEverySectionARule) {
+  std::set<std::string> rules, sections;
+  for (const TilingRule& r : cpu_tiling_rules()) rules.emplace(r.name);
+  const std::string doc =
+      testing::read_file(fs::path(GMMGEN_SOURCE_DIR) / "docs/internals/tiling-rules.md");
+  const std::regex heading(R"(\n## ([^\n]+))");
+  for (auto it = std::sregex_iterator(doc.begin(), doc.end(), heading);
+       it != std::sregex_iterator(); ++it)
+    if ((*it)[1] != "Default tiling") sections.insert((*it)[1]);
+  EXPECT_EQ(rules, sections);
+}
+
+// Over a grid of problems (op, operands, layout, family, rows per group, width), every rule holds
+// for some problem, and each problem's heuristic tiling is valid for it.
+TEST(TilingRules, EveryRuleHoldsForSomeProblem) {
+  std::set<std::string> seen;
+  const std::pair<DType, DType> operands[] = {
+      {DType::kF32, DType::kF32}, {DType::kBF16, DType::kBF16},     {DType::kBF16, DType::kI4},
+      {DType::kF32, DType::kI8},  {DType::kF8E4M3, DType::kF8E5M2}, {DType::kF16, DType::kF32}};
+  for (const Op op : {Op::kGmm, Op::kTgmm})
+    for (const auto& [lhs, rhs] : operands)
+      for (const bool transposed : {false, true})
+        for (const Isa isa : {Isa::kAmx, Isa::kAvx512Bf16, Isa::kAvx512, Isa::kAvx2, Isa::kGeneric})
+          for (const double rows : {0.0, 16.0, 512.0})
+            for (const int64_t n : {8, 1408}) {
+              KernelSpec s;
+              s.op = op, s.lhs = lhs, s.rhs = rhs, s.out = DType::kF32;
+              s.k = 1024, s.n = n, s.g = s.g_local = 8;
+              s.transpose_rhs = transposed, s.isa = isa;
+              if (is_integer(lhs) || lhs == DType::kF8E4M3) s.lhs_quant.kind = QuantKind::kTensor;
+              if (is_integer(rhs) || rhs == DType::kF8E5M2) s.rhs_quant.kind = QuantKind::kChannel;
+              s.tiling = default_tiling(s);
+              try {
+                validate(s);
+              } catch (const SpecError&) {
+                continue;  // not a kernel gmm-gen makes (e.g. a quantized pairing it lacks)
+              }
+              std::vector<std::string_view> applied;
+              s.tiling = heuristic_tiling(s, rows, Isa::kNative, &applied);
+              EXPECT_NO_THROW(validate(s)) << to_text(s);
+              seen.insert(applied.begin(), applied.end());
+            }
+  std::set<std::string> rules;
+  for (const TilingRule& r : cpu_tiling_rules()) rules.emplace(r.name);
+  EXPECT_EQ(rules, seen);
+}
+
+// The rules a problem gets, in the table's order.
+TEST(TilingRules, HeuristicNamesTheRulesItApplied) {
+  KernelSpec s = parse_text("op=gmm,lhs=f32,rhs=f32,out=f32,k=4096,n=512,g=128,isa=avx2");
+  std::vector<std::string_view> applied;
+  EXPECT_EQ((Tiling{512, 256, 256}), heuristic_tiling(s, 16, Isa::kNative, &applied));
+  EXPECT_EQ((std::vector<std::string_view>{"gmm-rows", "gmm-small", "gmm-avx2-small"}), applied);
+  applied.clear();
+  s.isa = Isa::kNative;
+  EXPECT_EQ((Tiling{512, 1024, 64}), heuristic_tiling(s, 100, Isa::kAvx512, &applied));
+  EXPECT_EQ((std::vector<std::string_view>{"gmm-rows", "gmm-vector-float-large"}), applied);
+}
+
+}  // namespace
+}  // namespace gmmgen
