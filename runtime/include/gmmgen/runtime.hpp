@@ -217,7 +217,8 @@ class Runtime {
 
   // Whether the disk cache holds a valid-looking entry of spec's kernel under the current
   // compiler settings (cache_key); nothing is loaded or built. Lets a tool say "cached" or
-  // "compiled" without counting another thread's compiles.
+  // "compiled" without counting another thread's compiles. InvalidArgument for a target the
+  // runtime does not build (target=pallas).
   bool cached(const KernelSpec& spec) const;
 
   // Adds kernels compiled into the program (a bundle's table); they win over cached ones and
@@ -240,7 +241,8 @@ class Runtime {
 // Compiles an emitted C++ kernel source (`gmm-gen emit`'s <name>.cpp; its headers in
 // include_dir) into the shared object `output` with the runtime's compiler settings
 // ($GMMGEN_CXX, $GMMGEN_CXXFLAGS) and the flags the spec needs, without loading it: e.g. a
-// kernel of an ISA family this CPU cannot run. Throws CompileError with the compiler's message.
+// kernel of an ISA family this CPU cannot run. Throws CompileError with the compiler's message,
+// InvalidArgument for a target the runtime does not build (target=pallas).
 void compile_kernel(const KernelSpec& spec, const std::filesystem::path& source,
                     const std::filesystem::path& include_dir, const std::filesystem::path& output);
 
@@ -256,6 +258,7 @@ void kill_running_compiles();
 // The cache key of a spec under the current compiler settings: hash of the spec hash (canonical
 // spec, generator version, templates), the compiler's identity (its version, not its path), the
 // flags, and the target ISA (for isa=native, the host CPU's model and feature flags).
+// InvalidArgument for a target the runtime does not build (target=pallas).
 std::string cache_key(const KernelSpec& spec);
 
 }  // namespace gmmgen

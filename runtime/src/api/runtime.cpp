@@ -14,14 +14,13 @@
 #include <thread>
 #include <unordered_map>
 
-#include "dispatch/kernel_entry.h"
+#include "backend/backend.h"
 #include "dispatch/registry.h"
 #include "dispatch/select.h"
 #include "exec/thread_pool.h"
 #include "gmmgen/codes.h"
-#include "gmmgen/emit.h"
 #include "gmmgen/heuristics.h"
-#include "gmmgen/templates.h"
+#include "gmmgen/naming.h"
 #include "jit/jit_cache.h"
 #include "tuning/tables.h"
 
@@ -61,10 +60,6 @@ int env_threads() {
     return int(n);
   }
   return std::max(1u, std::thread::hardware_concurrency());
-}
-
-CompilerConfig compiler_for(const KernelSpec& spec) {
-  return default_compiler(target_of(spec.target).toolchain_flags(spec));
 }
 
 // Runtimes that print their statistics line at exit: each prints it once, when destroyed or,
@@ -109,16 +104,10 @@ void finish_exit_report(ExitReport* e) {
   if (r.live.erase(e)) e->report();
 }
 
-// A JIT-built kernel: its entry points and the object that holds them.
-struct TableEntry {
-  gmmgen_kernel_entry fns{};
-  std::shared_ptr<SharedObject> object;
-};
-
 }  // namespace
 
 std::string cache_key(const KernelSpec& spec) {
-  return cache_key(spec_hash(spec), compiler_for(spec));
+  return cache_key(spec_hash(spec), backend_for(spec).toolchain(spec));
 }
 
 LogLevel log_level_from_env() {
@@ -175,7 +164,7 @@ struct Runtime::Impl final : ExitReport {
       [this](const std::string& m) { say(LogLevel::kWarn, "%s", m.c_str()); }};
 
   mutable std::shared_mutex table_mutex;
-  std::unordered_map<KernelSpec, TableEntry, SpecKeyHash> table;
+  std::unordered_map<KernelSpec, LoadedKernel, SpecKeyHash> table;  // JIT-built kernels
   // One build or load per cache key at a time in this process: a caller of a key being built
   // waits for that build, then finds the kernel in `table`; distinct keys build concurrently.
   std::mutex key_locks_mutex;
@@ -216,27 +205,9 @@ struct Runtime::Impl final : ExitReport {
   RuntimeStats stats() const;
   void report() override;
 
-  // What the disk-cache entry of a spec is built from: the kernel, the ABI header and the
-  // wrapper that reports the key.
-  static JitSources sources(const KernelSpec& spec, const std::string& key) {
-    const EmittedKernel k = emit_kernel(spec);
-    JitSources src;
-    for (const auto& f : k.files) src.files.emplace_back(f.path, f.content);
-    for (const auto& f : target_of(spec.target).support_files())
-      src.files.emplace_back(f.path, f.content);
-    const EmittedFile entry = emit_cache_entry(k.name, key);
-    src.files.emplace_back(entry.path, entry.content);
-    src.main = entry.path;
-    src.metadata = {{"name", k.name},
-                    {"spec", to_text(spec)},
-                    {"hash", k.hash},
-                    {"generator_version", std::string(generator_version())}};
-    return src;
-  }
-
   const gmmgen_kernel_entry& find_or_build(const KernelSpec& spec) {
     validate(spec);
-    const std::string name = kernel_name(spec), hash = spec_hash(spec);
+    const std::string name = kernel_name(spec);
     std::string key;
     try {
       key = cache_key(spec);  // runs the compiler for its identity (once per compiler)
@@ -244,27 +215,25 @@ struct Runtime::Impl final : ExitReport {
       say(LogLevel::kError, "kernel %s: %s", name.c_str(), e.what());
       throw;
     }
+    const Backend& backend = backend_for(spec);  // cache_key found it
     const std::shared_ptr<std::mutex> lock_of_key = key_lock(key);
     std::lock_guard<std::mutex> build_lock(*lock_of_key);
     if (const gmmgen_kernel_entry* k = in_memory(spec)) return *k;  // built while we waited
     say(LogLevel::kInfo, "spec %s -> %s (cache key %s)", to_text(spec).c_str(), name.c_str(),
         key.c_str());
-    gmmgen_kernel_entry fns{};
-    // Beyond its key, the object must hold this kernel and report this kernel's hash.
-    auto accept = [&](const SharedObject& so) -> std::string {
-      try {
-        fns = bind_entry_points(so, name);
-      } catch (const CacheError& e) {
-        return e.what();
-      }
-      const std::string reported = fns.info()->hash ? fns.info()->hash : "";
-      return reported == hash ? "" : "the object reports kernel hash " + reported;
-    };
-    std::shared_ptr<SharedObject> object;
+    LoadedKernel loaded;
+    const CompilerConfig cc = backend.toolchain(spec);
+    const JitArtifact artifact{[&](const fs::path& main, const fs::path& dir, const fs::path& out) {
+                                 return backend.build_command(cc, main, dir, out);
+                               },
+                               [&](const fs::path& file) { return backend.artifact_key(file); },
+                               [&](const fs::path& file) {
+                                 loaded = backend.load(file, key, spec);
+                                 return std::string();
+                               }};
     try {
-      object = jit.get(
-          key, compiler_for(spec), [&] { return sources(spec, key); }, accept, jit_enabled);
-      if (!object) {
+      if (!jit.get(
+              key, artifact, [&] { return backend.sources(spec, key); }, jit_enabled)) {
         std::string near;
         for (const auto& m : registry.near_misses(spec)) near += "\n  " + m;
         throw JitDisabledError(
@@ -279,9 +248,8 @@ struct Runtime::Impl final : ExitReport {
       throw;
     }
     std::unique_lock<std::shared_mutex> lock(table_mutex);
-    TableEntry& e = table[spec];
-    e.object = std::move(object);
-    e.fns = fns;
+    LoadedKernel& e = table[spec];
+    e = std::move(loaded);
     return e.fns;
   }
 
@@ -355,7 +323,9 @@ void Runtime::warmup(const std::vector<KernelSpec>& specs, int jobs) {
 void compile_kernel(const KernelSpec& spec, const fs::path& source, const fs::path& include_dir,
                     const fs::path& output) {
   validate(spec);
-  compile_shared_object(compiler_for(spec), source, include_dir, output);
+  const Backend& backend = backend_for(spec);
+  run_build(backend.build_command(backend.toolchain(spec), source, include_dir, output), source,
+            output);
 }
 
 bool Runtime::cached(const KernelSpec& spec) const {
@@ -372,14 +342,6 @@ void Runtime::register_kernels(const gmmgen_kernel_entry* table, int32_t count) 
 }
 
 namespace {
-
-// A kernel call whose arguments the kernel has checked and whose metadata is built.
-struct Planned {
-  const gmmgen_kernel_entry* kernel;
-  const gmmgen_args* args;
-  void* workspace;
-  int64_t items;
-};
 
 // The workspace bytes of a call, once the kernel has checked every argument: _plan with no
 // workspace checks them all and then stops at the workspace (GMMGEN_ERR_WORKSPACE), so nothing
@@ -416,10 +378,12 @@ Planned plan_call(const gmmgen_kernel_entry& k, const gmmgen_args& args,
   return {&k, &args, ws, items};
 }
 
+// The kernels the runtime hands out are the C++ target's (compiled in or JIT-built): they run on
+// its backend's executor. (A second target the runtime runs hands its backend out with its
+// kernels.)
 void execute(ThreadPool& pool, const Planned& p) {
-  pool.parallel_for(p.items, [&](int64_t begin, int64_t end) {
-    p.kernel->run_items(p.args, p.workspace, begin, end);
-  });
+  ExecResources resources{pool};
+  cpu_backend().execute(p, resources);
 }
 
 }  // namespace

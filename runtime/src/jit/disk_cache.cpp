@@ -220,7 +220,7 @@ DiskCache::State DiskCache::check(const std::string& key, std::string* why) cons
   if (lstat(dir.c_str(), &st) != 0) return State::kMissing;
   require_safe(root_, true);
   require_safe(dir, true);
-  const fs::path json_path = dir / "entry.json", so = dir / "kernel.so";
+  const fs::path json_path = dir / "entry.json", so = dir / kArtifactFile;
   struct stat so_st;
   if (lstat(json_path.c_str(), &st) != 0 || lstat(so.c_str(), &so_st) != 0)
     return corrupt("entry is incomplete");
@@ -248,10 +248,10 @@ bool DiskCache::build_locked(const std::string& key,
   try {
     return cache_errors("building " + key, [&] {
       nlohmann::json entry = build(tmp);
-      const fs::path so = tmp / "kernel.so";
+      const fs::path so = tmp / kArtifactFile;
       struct stat st;
       if (lstat(so.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
-        throw CompileError("cache: the build of " + key + " wrote no kernel.so");
+        throw CompileError("cache: the build of " + key + " wrote no " + kArtifactFile);
       // Nothing is installed that does not load and report its key.
       if (const std::string bad = trial(so); !bad.empty())
         throw CompileError("cache: the object built for key " + key + " is unusable: " + bad);

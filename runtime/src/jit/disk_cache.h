@@ -26,6 +26,9 @@ namespace gmmgen {
 
 class DiskCache {
  public:
+  // The artifact's file in an entry (a shared object for the C++ target's backend).
+  static constexpr const char* kArtifactFile = "kernel.so";
+
   // $GMMGEN_CACHE_DIR, else $XDG_CACHE_HOME/gmm-gen, else $HOME/.cache/gmm-gen.
   static std::filesystem::path default_root();
 

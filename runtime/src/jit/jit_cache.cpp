@@ -3,6 +3,8 @@
 #include <chrono>
 #include <cstdio>
 
+#include "jit/toolchain.h"
+
 namespace gmmgen {
 namespace fs = std::filesystem;
 namespace {
@@ -26,36 +28,20 @@ std::string seconds_text(int64_t ns) {
   return buf;
 }
 
-// The section of the cache-entry wrapper (templates/cpp/cache_entry.cpp.mustache) holding the key.
-constexpr const char* kKeySection = ".gmmgen_cache_key";
-
 }  // namespace
 
 JitCache::JitCache(fs::path root, Log log) : root_(std::move(root)), log_(std::move(log)) {}
 
-std::shared_ptr<SharedObject> JitCache::load(const fs::path& so, const std::string& key,
-                                             const Accept& accept, std::string* why) {
+std::string JitCache::load(const JitArtifact& artifact, const fs::path& file,
+                           const std::string& key) {
   try {
-    // The key first, read from the file: nothing of a mismatching object runs, not even its
-    // static constructors. The same read checks that dlopen would map nothing past the end.
-    if (const std::string in_file = read_elf_section(so, kKeySection, 256); in_file != key) {
-      *why = "the object's " + std::string(kKeySection) + " section holds key " + in_file;
-      return nullptr;
-    }
-    auto obj = std::make_shared<SharedObject>(SharedObject::open(so));
-    auto* reported = reinterpret_cast<const char* (*)()>(obj->find("gmmgen_cache_key"));
-    if (!reported || std::string(reported()) != key) {
-      *why = "the object reports key " + std::string(reported ? reported() : "(none)");
-      return nullptr;
-    }
-    if (std::string bad = accept(*obj); !bad.empty()) {
-      *why = bad;
-      return nullptr;
-    }
-    return obj;
-  } catch (const CacheError& e) {  // not an ELF object, truncated, dlopen failed
-    *why = e.what();
-    return nullptr;
+    // The key first, read from the file: nothing of a mismatching artifact runs, not even its
+    // static constructors.
+    if (const std::string in_file = artifact.key_of(file); in_file != key)
+      return "the artifact's file holds key " + in_file;
+    return artifact.load(file);
+  } catch (const CacheError& e) {  // not an artifact of this kind, truncated, loading failed
+    return e.what();
   }
 }
 
@@ -68,23 +54,22 @@ bool JitCache::valid(const std::string& key) {
   return disk().check(key) == DiskCache::State::kValid;
 }
 
-std::shared_ptr<SharedObject> JitCache::get(const std::string& key, const CompilerConfig& cc,
-                                            const std::function<JitSources()>& sources,
-                                            const Accept& accept, bool compile) {
+bool JitCache::get(const std::string& key, const JitArtifact& artifact,
+                   const std::function<JitSources()>& sources, bool compile) {
   disk();
   std::string why;
   const auto t0 = std::chrono::steady_clock::now();
   DiskCache::State state = disk_->check(key, &why);
+  const fs::path installed = disk_->entry_dir(key) / DiskCache::kArtifactFile;
   if (state == DiskCache::State::kValid) {
-    if (auto obj = load(disk_->entry_dir(key) / "kernel.so", key, accept, &why)) {
+    if ((why = load(artifact, installed, key)).empty()) {
       const int64_t ns = ns_since(t0);
       counters_.disk_load_ns += ns;
       ++counters_.disk_hits;
       disk_->touch(key);
       log_(Level::kInfo, "disk cache hit " + key);
-      log_(Level::kDebug,
-           "loaded " + (disk_->entry_dir(key) / "kernel.so").string() + " in " + seconds_text(ns));
-      return obj;
+      log_(Level::kDebug, "loaded " + installed.string() + " in " + seconds_text(ns));
+      return true;
     }
     disk_->invalidate(key);
     state = DiskCache::State::kCorrupt;
@@ -93,15 +78,10 @@ std::shared_ptr<SharedObject> JitCache::get(const std::string& key, const Compil
     ++counters_.rebuilds;
     log_(Level::kWarn, "cache entry " + key + " is bad (" + why + "): rebuilding");
   }
-  if (!compile) return nullptr;
-  // The trial load of the new object in its temporary folder; kept open so that loading the
-  // installed entry (the same file, renamed) does not map it again.
-  std::shared_ptr<SharedObject> trial;
-  auto try_load = [&](const fs::path& so) {
-    std::string bad;
-    trial = load(so, key, accept, &bad);
-    return bad;
-  };
+  if (!compile) return false;
+  // The trial load of the new artifact in its temporary folder (the caller keeps it loaded, so
+  // that loading the installed entry, the same file renamed, does not map it again).
+  auto try_load = [&](const fs::path& file) { return load(artifact, file, key); };
   std::string main;
   int64_t compile_ns = 0;
   const bool built = disk_->build_locked(
@@ -112,30 +92,26 @@ std::shared_ptr<SharedObject> JitCache::get(const std::string& key, const Compil
         main = src.main;
         log_(Level::kInfo, "compiling " + key);
         const auto c0 = std::chrono::steady_clock::now();
-        compile_shared_object(cc, dir / src.main, dir, dir / "kernel.so");
+        run_build(artifact.command(dir / src.main, dir, dir / DiskCache::kArtifactFile),
+                  dir / src.main, dir / DiskCache::kArtifactFile);
         compile_ns = ns_since(c0);
         counters_.compile_ns += compile_ns;
-        nlohmann::json meta = src.metadata;
-        meta["compiler"] = compiler_identity(cc.cxx);
-        meta["flags"] = cc.flags;
-        return meta;
+        return src.metadata;
       },
       try_load);
   ++(built ? counters_.compiles : counters_.disk_hits);  // or another process built it first
   if (built) {
     // The command that ran, with the installed entry's paths in place of the temporary folder
-    // (the sources stay in the entry), writing kernel.so into the current folder.
+    // (the sources stay in the entry), writing the artifact into the current folder.
     const fs::path entry = disk_->entry_dir(key);
-    std::vector<std::string> argv{cc.cxx};
-    argv.insert(argv.end(), cc.flags.begin(), cc.flags.end());
-    argv.insert(argv.end(), {"-I", entry.string(), "-o", "kernel.so", (entry / main).string()});
     log_(Level::kDebug,
-         "compiled " + key + " in " + seconds_text(compile_ns) + ": " + format_command(argv));
+         "compiled " + key + " in " + seconds_text(compile_ns) + ": " +
+             format_command(artifact.command(entry / main, entry, DiskCache::kArtifactFile)));
   }
-  auto obj = load(disk_->entry_dir(key) / "kernel.so", key, accept, &why);
-  if (!obj) throw CompileError("cache entry " + key + " is still bad after a rebuild: " + why);
+  if (why = load(artifact, installed, key); !why.empty())
+    throw CompileError("cache entry " + key + " is still bad after a rebuild: " + why);
   disk_->touch(key);
-  return obj;
+  return true;
 }
 
 }  // namespace gmmgen

@@ -1,6 +1,6 @@
-// The JIT: objects found in the disk cache, or compiled, trial-loaded and installed there.
-// Knows nothing of GMM: the caller supplies the key, the sources, the flags and a check of what
-// a loaded object says about itself.
+// The JIT: artifacts found in the disk cache, or built, trial-loaded and installed there.
+// Knows nothing of GMM nor of the kind of artifact: the caller supplies the key, the sources, the
+// build command, and how to read an artifact's key and load it (a runtime backend's).
 #pragma once
 
 #include <atomic>
@@ -13,8 +13,6 @@
 #include <vector>
 
 #include "jit/disk_cache.h"
-#include "jit/loader.h"
-#include "jit/toolchain.h"
 
 namespace gmmgen {
 
@@ -24,6 +22,20 @@ struct JitSources {
   nlohmann::json metadata;                                 // recorded in entry.json
 };
 
+// How get() builds and loads one kind of artifact.
+struct JitArtifact {
+  // The command that builds `out` from the file `main` of the folder `dir` (run by run_build).
+  std::function<std::vector<std::string>(const std::filesystem::path& main,
+                                         const std::filesystem::path& dir,
+                                         const std::filesystem::path& out)>
+      command;
+  // The key an artifact file holds, read without running any of it; throws CacheError.
+  std::function<std::string(const std::filesystem::path&)> key_of;
+  // Loads an artifact whose file holds the key (the caller keeps what it loaded): "" when it is
+  // good, else why not; may throw CacheError.
+  std::function<std::string(const std::filesystem::path&)> load;
+};
+
 struct JitCounters {
   std::atomic<int64_t> disk_hits{0}, compiles{0}, rebuilds{0};
   std::atomic<int64_t> compile_ns{0}, disk_load_ns{0};
@@ -31,8 +43,6 @@ struct JitCounters {
 
 class JitCache {
  public:
-  // After the object reported its key, the caller's own check of it ("" = accepted, else why).
-  using Accept = std::function<std::string(const SharedObject&)>;
   // What get() reports: kWarn a bad entry rebuilt; kInfo hits and compiles; kDebug the compile
   // command (to copy and paste) and the times.
   enum class Level { kWarn, kInfo, kDebug };
@@ -40,15 +50,14 @@ class JitCache {
 
   JitCache(std::filesystem::path root, Log log);
 
-  // The object of `key`: from the disk cache when a valid entry is there and passes `accept`;
-  // otherwise, if `compile` is set, built from sources() with cc under the key's lock (once
-  // across processes), trial-loaded in its temporary folder, installed and loaded; otherwise
-  // nullptr. Thread-safe; callers building the same key at once wait on its lock and load the
-  // one build. An entry that fails any check (metadata, size, hash, the key in its ELF section,
-  // dlopen, the key it reports, `accept`) is rebuilt once; a second bad build is a CompileError.
-  std::shared_ptr<SharedObject> get(const std::string& key, const CompilerConfig& cc,
-                                    const std::function<JitSources()>& sources,
-                                    const Accept& accept, bool compile);
+  // Loads the artifact of `key` (artifact.load): from the disk cache when a valid entry is there
+  // and loads; otherwise, if `compile` is set, built from sources() with artifact.command under
+  // the key's lock (once across processes), trial-loaded in its temporary folder, installed and
+  // loaded; otherwise returns false. Thread-safe; callers building the same key at once wait on
+  // its lock and load the one build. An entry that fails any check (metadata, size, hash, the
+  // key in its file, artifact.load) is rebuilt once; a second bad build is a CompileError.
+  bool get(const std::string& key, const JitArtifact& artifact,
+           const std::function<JitSources()>& sources, bool compile);
 
   // Whether the disk cache holds a valid-looking entry for key (DiskCache::check).
   bool valid(const std::string& key);
@@ -57,11 +66,10 @@ class JitCache {
   const std::filesystem::path& root() const { return root_; }
 
  private:
-  // Loads `so` if it holds `key` (read from the file first) and passes accept; else nullptr
-  // and why.
   DiskCache& disk();
-  std::shared_ptr<SharedObject> load(const std::filesystem::path& so, const std::string& key,
-                                     const Accept& accept, std::string* why);
+  // Loads `file` if it holds `key` (read from the file first); "" or why not.
+  static std::string load(const JitArtifact& artifact, const std::filesystem::path& file,
+                          const std::string& key);
   std::filesystem::path root_;
   Log log_;
   std::once_flag disk_once_;

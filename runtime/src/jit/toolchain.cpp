@@ -230,12 +230,24 @@ ProcessResult run_process(const std::vector<std::string>& argv) {
   return result;
 }
 
-void compile_shared_object(const CompilerConfig& cc, const std::filesystem::path& source,
-                           const std::filesystem::path& include_dir,
-                           const std::filesystem::path& output) {
+std::vector<std::string> compile_command(const CompilerConfig& cc,
+                                         const std::filesystem::path& source,
+                                         const std::filesystem::path& include_dir,
+                                         const std::filesystem::path& output) {
   std::vector<std::string> argv{cc.cxx};
   argv.insert(argv.end(), cc.flags.begin(), cc.flags.end());
   argv.insert(argv.end(), {"-I", include_dir.string(), "-o", output.string(), source.string()});
+  return argv;
+}
+
+void compile_shared_object(const CompilerConfig& cc, const std::filesystem::path& source,
+                           const std::filesystem::path& include_dir,
+                           const std::filesystem::path& output) {
+  run_build(compile_command(cc, source, include_dir, output), source, output);
+}
+
+void run_build(const std::vector<std::string>& argv, const std::filesystem::path& source,
+               const std::filesystem::path& output) {
   const ProcessResult r = run_process(argv);
   if (r.status != 0)
     throw CompileError("compiling " + source.filename().string() + " failed (exit " +

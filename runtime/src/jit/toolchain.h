@@ -45,8 +45,19 @@ ProcessResult run_process(const std::vector<std::string>& argv);
 // process groups of their own, which a terminal's Ctrl-C does not reach.
 void kill_running_compiles();
 
-// Compiles `source` into the shared object `output`, with `include_dir` on the include path.
-// Throws CompileError with the command line and the compiler's message on failure.
+// The command that compiles `source` into the shared object `output`, with `include_dir` on the
+// include path.
+std::vector<std::string> compile_command(const CompilerConfig& cc,
+                                         const std::filesystem::path& source,
+                                         const std::filesystem::path& include_dir,
+                                         const std::filesystem::path& output);
+
+// Runs a build command (run_process) that turns `source` into `output`. Throws CompileError with
+// the command line and the tool's message when it fails or writes no regular file `output`.
+void run_build(const std::vector<std::string>& argv, const std::filesystem::path& source,
+               const std::filesystem::path& output);
+
+// run_build(compile_command(...)).
 void compile_shared_object(const CompilerConfig& cc, const std::filesystem::path& source,
                            const std::filesystem::path& include_dir,
                            const std::filesystem::path& output);
