@@ -16,9 +16,10 @@ set(_GMMGEN_TIER_LABELS_ci ci full)
 set(_GMMGEN_TIER_LABELS_full full)
 set(_GMMGEN_TIER_LABELS_ci_only ci)
 
-# The environment of the tests that run JAX: their arrays are small and most of their time is
-# XLA compiling (interpret mode compiles per shape), so XLA compiles without its costly
-# optimizations (~15% less test time).
+# The environment of the tests that run JAX in TPU interpret mode or on small arrays: most of
+# their time is XLA compiling (interpret mode compiles per shape), so XLA compiles without its
+# costly optimizations (~15% less test time). Not for a test whose time is XLA running the
+# kernels (Pallas's generic interpreter).
 set(GMMGEN_TEST_JAX_ENV
     "XLA_FLAGS=--xla_backend_optimization_level=0 --xla_llvm_disable_expensive_passes=true")
 

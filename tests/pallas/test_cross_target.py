@@ -69,7 +69,7 @@ def build_cpp(specs, gmm_gen, cxx, work):
         manifest = json.load(f)
     flags = manifest["bundle"]["compile_flags"]
     lib = os.path.join(work, "libcross.so")
-    subprocess.run([cxx, "-std=c++17", "-O2", "-shared", "-fPIC", *flags, "-I",
+    subprocess.run([cxx, "-std=c++17", "-O1", "-shared", "-fPIC", *flags, "-I",
                     os.path.join(out, "cpp"), os.path.join(out, "cpp", "cross.cpp"), "-o", lib],
                    check=True)
     names = [k["name"] for k in manifest["kernels"]]
