@@ -69,9 +69,17 @@ class OneDnn final : public Baseline {
           c.dst = out_.data() + j * K * N;
         }
         auto& prim = prims_[{rows, 0}];
-        if (!prim)
-          prim = std::make_unique<dnnl::matmul>(
-              dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, wei, dst), eng_));
+        if (!prim) {
+          try {
+            prim = std::make_unique<dnnl::matmul>(
+                dnnl::matmul::primitive_desc(dnnl::matmul::desc(src, wei, dst), eng_));
+          } catch (const dnnl::error& e) {
+            // e.g. bf16 on a CPU without AVX-512: this oneDNN has no implementation there.
+            throw InvalidArgument("oneDNN has no " + std::string(to_string(s.lhs)) + " x " +
+                                  std::string(to_string(s.rhs)) + " -> f32 matmul on this CPU (" +
+                                  e.what() + ")");
+          }
+        }
         c.prim = prim.get();
         c.src_m = dnnl::memory(src, eng_, const_cast<void*>(c.src));
         c.wei_m = dnnl::memory(wei, eng_, const_cast<void*>(c.wei));

@@ -211,6 +211,7 @@ int run_bench(const BenchOptions& o) {
   std::fflush(stdout);
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   std::vector<bench::Row> done;
+  std::vector<std::string> no_baseline;  // why rows have no baseline, each reason once
   int failures = 0;
   for (size_t i = 0; i < jobs.size(); ++i) {
     const Job& j = jobs[i];
@@ -229,9 +230,19 @@ int run_bench(const BenchOptions& o) {
       vs = " " + std::string(8 - std::min<size_t>(8, std::strlen(buf)), ' ') + buf;
     }
     if (r.ok) {
-      std::printf("%-5s %-5s %-*s %10.3f %10.1f %10.1f %7.2f %6.1f%%%s  %-*s  ok\n",
-                  r.shape.c_str(), r.op.c_str(), w, dtypes.c_str(), r.ms, r.gflops,
-                  r.baseline_gflops, r.ratio, 100 * r.peak_fraction, vs.c_str(), tw, tiling);
+      // No baseline timed (none asked, or the baseline cannot run this problem here): "-".
+      char base[16] = "-", ratio[16] = "-";
+      if (r.baseline_gflops > 0) {
+        std::snprintf(base, sizeof base, "%.1f", r.baseline_gflops);
+        std::snprintf(ratio, sizeof ratio, "%.2f", r.ratio);
+      } else if (opt.baseline != bench::BaselineKind::kNone &&
+                 std::find(no_baseline.begin(), no_baseline.end(), r.baseline) ==
+                     no_baseline.end()) {
+        no_baseline.push_back(r.baseline);
+      }
+      std::printf("%-5s %-5s %-*s %10.3f %10.1f %10s %7s %6.1f%%%s  %-*s  ok\n", r.shape.c_str(),
+                  r.op.c_str(), w, dtypes.c_str(), r.ms, r.gflops, base, ratio,
+                  100 * r.peak_fraction, vs.c_str(), tw, tiling);
     } else {
       ++failures;  // a wrong kernel reports no speed
       std::printf("%-5s %-5s %-*s %10s %10s %10s %7s %7s%s  %-*s  MISMATCH: %s\n", r.shape.c_str(),
@@ -241,6 +252,8 @@ int run_bench(const BenchOptions& o) {
     std::fflush(stdout);
     done.push_back(std::move(r));
   }
+  for (size_t i = 0; i < no_baseline.size(); ++i)
+    std::printf("%sno baseline: %s\n", i ? "" : "\n", no_baseline[i].c_str());
   for (size_t i = 0; i < entries.size(); ++i)
     std::printf("%stable %zu: %s\n", i ? "" : "\n", i + 1, entries[i].c_str() + 6);
   // The peak is measured again after the rows: on a shared VM a second at the start can lose a
