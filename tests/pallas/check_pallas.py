@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Checks gmm-gen's Pallas modules in TPU interpret mode.
 
-usage: check_pallas.py DIR [--seed S] [--quick] [--shard I/N] [--python PY] [--interpret hlo]
-                       [--no-shared] [--cpp-lib LIB --cpp-manifest M]
+usage: check_pallas.py DIR [--seed S] [--quick] [--only PATTERNS] [--shard I/N] [--python PY]
+                       [--interpret hlo] [--no-shared] [--cpp-lib LIB --cpp-manifest M]
 
 DIR is a folder written by `gmm-gen emit` (its pallas/ subfolder holds the modules) or a folder
-of modules; --shard I/N checks every N-th module from the I-th (the test suite runs shards in
+of modules; --only checks the modules whose names match one of its comma-separated shell
+patterns; --shard I/N checks every N-th module from the I-th (the test suite runs shards in
 parallel); --python PY re-runs the checker under PY (a Python with JAX) where PY exists.
 For every module, on the edge-case families that `gmm-gen verify` uses for C++
 kernels (empty groups first, in the middle and last; groups starting inside an m-tile;
@@ -48,6 +49,7 @@ with GMMGEN_REQUIRE_JAX=1 that is an error, 1).
 """
 import argparse
 import ctypes
+import fnmatch
 import glob
 import importlib.util
 import json
@@ -1027,6 +1029,8 @@ def main(argv):
     parser.add_argument("dir")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--quick", action="store_true", help="fewer cases per module")
+    parser.add_argument("--only", help="PATTERN[,PATTERN...]: only the modules whose name (file "
+                        "name without .py) matches one of these shell patterns; each must match")
     parser.add_argument("--shard", default="0/1", help="I/N: check modules I, I+N, I+2N, ...")
     parser.add_argument("--cpp-lib", help="shared object of C++ gmm kernels (metadata check)")
     parser.add_argument("--cpp-manifest", help="manifest.json listing the kernels of --cpp-lib")
@@ -1052,6 +1056,14 @@ def main(argv):
     if not paths:
         print(f"check_pallas: no modules (*.py) in {folder}", file=sys.stderr)
         return 2
+    if args.only is not None:
+        patterns = [p for p in args.only.split(",") if p]
+        name = lambda path: os.path.basename(path)[:-3]
+        unmatched = [p for p in patterns if not any(fnmatch.fnmatchcase(name(x), p) for x in paths)]
+        if not patterns or unmatched:
+            parser.error(f"--only: {', '.join(unmatched) or 'no pattern'} matches no module in "
+                         f"{folder}")
+        paths = [x for x in paths if any(fnmatch.fnmatchcase(name(x), p) for p in patterns)]
     paths = paths[shard::shards]
     # Interpret mode runs on the host: never on an accelerator JAX would pick by default.
     os.environ.setdefault("JAX_PLATFORMS", "cpu")
