@@ -21,6 +21,7 @@
 #include "gmmgen/runtime_c.h"
 #include "jit/disk_cache.h"
 #include "jit/toolchain.h"
+#include "runtime_fixtures.h"
 #include "scratch.h"
 #include "smoke_kernels.h"
 
@@ -84,6 +85,16 @@ class HardeningCache : public ::testing::Test {
   void warmup() {
     Runtime rt(options());
     rt.warmup({parse_text(kSpec)});
+  }
+  // The entry an earlier build left, for a test of what happens to it later: compiled (once per
+  // test run) into the shared test cache with this fixture's compiler and flags, whose key is
+  // the same, and copied into the private cache.
+  void seed_entry() {
+    RuntimeOptions o = options();
+    o.cache_dir = testing::shared_test_cache();
+    Runtime(o).warmup({parse_text(kSpec)});
+    fs::copy(o.cache_dir / key(), entry(), fs::copy_options::recursive);
+    ASSERT_EQ(DiskCache::State::kValid, DiskCache(dir_).check(key()));
   }
   // Rewrites entry.json so that its size and hash match whatever kernel.so now holds.
   void rehash_entry() {
@@ -154,7 +165,7 @@ TEST_F(HardeningCache, GarbageObjectFromCompilerIsACompileErrorThenHeals) {
 }
 
 TEST_F(HardeningCache, CorruptElfWithMatchingHashIsRebuilt) {
-  warmup();
+  seed_entry();
   std::string so = read_file(entry() / "kernel.so");
   std::memset(so.data() + 16, 0xA5, 48);  // keeps the ELF magic, scrambles the header
   write_file(entry() / "kernel.so", so);
@@ -164,14 +175,14 @@ TEST_F(HardeningCache, CorruptElfWithMatchingHashIsRebuilt) {
 }
 
 TEST_F(HardeningCache, GarbageObjectWithMatchingHashIsRebuilt) {
-  warmup();
+  seed_entry();
   write_file(entry() / "kernel.so", "not an object at all");
   rehash_entry();
   expect_rebuilt_once();
 }
 
 TEST_F(HardeningCache, MalformedEntryJsonIsCorruptNeverAnException) {
-  warmup();
+  seed_entry();
   const nlohmann::json good = nlohmann::json::parse(read_file(entry() / "entry.json"));
   auto with = [&](const char* field, const nlohmann::json& v) {
     nlohmann::json j = good;
@@ -206,7 +217,7 @@ TEST_F(HardeningCache, MalformedEntryJsonIsCorruptNeverAnException) {
 }
 
 TEST_F(HardeningCache, SecondBadBuildIsACompileError) {
-  warmup();
+  seed_entry();
   write_file(entry() / "kernel.so", "garbage");
   rehash_entry();
   setenv("GMMGEN_CXX", fake_compiler("garbage-cxx", "echo garbage > \"$out\"").c_str(), 1);
@@ -218,7 +229,7 @@ TEST_F(HardeningCache, SecondBadBuildIsACompileError) {
 // --- Item 7: a foreign object's code never runs before its key is checked. ---
 
 TEST_F(HardeningCache, ForeignObjectIsRejectedBeforeItsConstructorsRun) {
-  warmup();
+  seed_entry();
   const fs::path marker = tools_ / "constructor-ran";
   const fs::path src = tools_ / "foreign.cpp";
   // It even reports the right key through gmmgen_cache_key(): only reading the key from the
@@ -649,7 +660,7 @@ TEST_F(HardeningCache, CacheCommandNeverFollowsLinks) {
 // The loader marks an entry's use (for `cache prune`) by the mtime of <key>/last-use, never
 // through a link planted at that name, and the mark is no part of what makes an entry valid.
 TEST_F(HardeningCache, LastUseMarkNeverFollowsALink) {
-  warmup();
+  seed_entry();
   const fs::path mark = entry() / "last-use";
   ASSERT_TRUE(fs::is_regular_file(fs::symlink_status(mark)));
   const fs::path victim = tools_ / "victim";

@@ -203,13 +203,16 @@ TEST_F(RuntimeTest, WarmupBuildsDistinctKernelsConcurrentlyEachOnce) {
   EXPECT_THROW(rt.warmup(specs, -1), InvalidArgument);
 }
 
-// Builds the entry of a probe-sized spec and returns its folder.
+// The entry of a probe-sized spec as an earlier build left it in `dir`, for a test of what
+// happens to it later: compiled (once per test run) into the shared test cache, whose key is the
+// same, and copied. Returns its folder.
 fs::path build_entry(const fs::path& dir, const KernelSpec& spec) {
   RuntimeOptions o;
-  o.cache_dir = dir;
-  Runtime rt(o);
-  rt.warmup({spec});
-  return dir / cache_key(spec);
+  o.cache_dir = testing::shared_test_cache();
+  Runtime(o).warmup({spec});
+  const std::string key = cache_key(spec);
+  fs::copy(o.cache_dir / key, dir / key, fs::copy_options::recursive);
+  return dir / key;
 }
 
 TEST_F(RuntimeTest, TruncatedObjectIsDetectedAndRebuilt) {
