@@ -124,6 +124,34 @@ bool quant_pairs(const KernelSpec& s, const IsaFamily& f) {
   return !quant_int_dot(s, f) && (tk % 2 == 0 || tk >= s.k);
 }
 
+bool quant_tile_path(const KernelSpec& s, const IsaFamily& f) {
+  const Tiling run = run_tiling(s);
+  return f.tiles && quant_pairs(s, f) && s.op == Op::kGmm && s.lhs == DType::kBF16 &&
+         run.tm % 32 == 0 && run.tk % 32 == 0 &&
+         (s.rhs_quant.kind != QuantKind::kBlock || s.rhs_quant.block_k % 32 == 0);
+}
+
+ProductPath product_path(const KernelSpec& s, const IsaFamily& f) {
+  if (tile_path(s, f) || quant_tile_path(s, f)) return ProductPath::kTiles;
+  if (quant_int_dot(s, f)) return ProductPath::kIntDot;
+  if (bf16_pairs(s, f) || quant_pairs(s, f)) return ProductPath::kBf16Dot;
+  return ProductPath::kF32Fma;
+}
+
+std::string_view to_string(ProductPath p) {
+  switch (p) {
+    case ProductPath::kBf16Dot:
+      return "bf16-dot";
+    case ProductPath::kIntDot:
+      return "int-dot";
+    case ProductPath::kTiles:
+      return "amx-tiles";
+    case ProductPath::kF32Fma:
+      break;
+  }
+  return "f32-fma";
+}
+
 int64_t scratch_bytes(const KernelSpec& s, const IsaFamily& f) {
   const Tiling run = run_tiling(s);
   const int64_t tm = run.tm, tk = run.tk, tn = run.tn;

@@ -130,12 +130,8 @@ mu::data family_context(const KernelSpec& s, const IsaFamily& f, size_t index, s
   ctx.set("bf16_dot", mu::data(pairs || qpairs));
   ctx.set("pairs", mu::data(pairs));
   ctx.set("tiles", mu::data(tile_path(s, f)));
-  // Quantized weights with bf16 activations on tiles: TM, TK and the scale blocks in whole
-  // 32-deep tile steps (templates/cpp/quant/gmm_item.inc, run_tile_item).
-  const Tiling run = run_tiling(s);
-  const bool tiles_q = f.tiles && qpairs && s.op == Op::kGmm && s.lhs == DType::kBF16 &&
-                       run.tm % 32 == 0 && run.tk % 32 == 0 &&
-                       (s.rhs_quant.kind != QuantKind::kBlock || s.rhs_quant.block_k % 32 == 0);
+  // Quantized weights with bf16 activations on tiles.
+  const bool tiles_q = quant_tile_path(s, f);
   ctx.set("tiles_q", mu::data(tiles_q));
   ctx.set("tiles_any", mu::data(tile_path(s, f) || tiles_q));
   ctx.set("qpairs", mu::data(qpairs));
