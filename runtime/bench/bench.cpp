@@ -457,9 +457,28 @@ nlohmann::ordered_json Row::to_json() const {
   }
   j["peak_gflops"] = peak_gflops;
   j["peak_fraction"] = speed(peak_fraction);
+  j["path"] = path;
+  j["path_peak_gflops"] = path_peak_gflops > 0 ? nlohmann::ordered_json(path_peak_gflops) : nullptr;
+  j["path_fraction"] = path_peak_gflops > 0 ? speed(path_fraction) : nullptr;
+  j["bytes"] = bytes;
+  j["roofline_ms"] = bound.empty() ? nullptr : nlohmann::ordered_json(roofline_ms);
+  j["roofline_fraction"] = bound.empty() ? nullptr : speed(roofline_fraction);
+  j["bound"] = bound.empty() ? nullptr : nlohmann::ordered_json(bound);
   j["ok"] = ok;
   j["failure"] = failure;
   return j;
+}
+
+// The roofline of a timed row: the fraction of its path's peak, and max(flops / path peak,
+// bytes / bandwidth) against the measured time, where both are known.
+static void set_roofline(Row& r, double bandwidth_gbs) {
+  if (r.path_peak_gflops > 0) r.path_fraction = r.gflops / r.path_peak_gflops;
+  if (r.path_peak_gflops <= 0 || bandwidth_gbs <= 0 || r.ms <= 0) return;
+  const double compute_ms = r.flops / (r.path_peak_gflops * 1e6);
+  const double memory_ms = r.bytes / (bandwidth_gbs * 1e6);
+  r.roofline_ms = std::max(compute_ms, memory_ms);
+  r.roofline_fraction = r.roofline_ms / r.ms;
+  r.bound = compute_ms >= memory_ms ? "compute" : "memory";
 }
 
 Row run(Runtime& rt, const KernelSpec& spec, const Workload& work, const Options& o,
@@ -489,6 +508,11 @@ Row run(Runtime& rt, const KernelSpec& spec, const Workload& work, const Options
   for (int32_t v : work.group_sizes) rows += v;
   row.flops = 2.0 * double(rows) * double(spec.k) * double(spec.n);
   row.peak_gflops = machine.peak_gflops;
+  row.path = std::string(to_string(product_path(spec, run_family(spec))));
+  if (const auto it = machine.path_peak_gflops.find(path_key(spec));
+      it != machine.path_peak_gflops.end())
+    row.path_peak_gflops = it->second;
+  row.bytes = double(cost_estimate(spec).bytes.at(work.m));
 
   const bool tgmm = spec.op == Op::kTgmm;
   const int64_t M = work.m, K = spec.k, N = spec.n, G = spec.g;
@@ -571,6 +595,7 @@ Row run(Runtime& rt, const KernelSpec& spec, const Workload& work, const Options
   row.ms = ms[0];
   row.gflops = row.flops / (row.ms * 1e6);
   row.peak_fraction = row.peak_gflops > 0 ? row.gflops / row.peak_gflops : 0;
+  set_roofline(row, machine.bandwidth_gbs);
   if (float_kernel) {
     row.float_gflops = row.flops / (ms[1] * 1e6);
     row.vs_float = row.gflops / row.float_gflops;
@@ -677,7 +702,8 @@ Row run(Runtime& rt, const KernelSpec& spec, const Workload& work, const Options
   row.ok = check.failure.empty();
   row.failure = check.failure;
   if (!row.ok)  // a wrong kernel has no speed
-    row.ms = row.gflops = row.ratio = row.peak_fraction = row.float_gflops = row.vs_float = 0;
+    row.ms = row.gflops = row.ratio = row.peak_fraction = row.float_gflops = row.vs_float =
+        row.path_fraction = row.roofline_fraction = 0;
   return row;
 }
 

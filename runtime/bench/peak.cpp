@@ -56,6 +56,60 @@ GMMGEN_REGISTER_ONLY __attribute__((target("avx2,fma"))) double fma_ymm() {
   }
   return s;
 }
+// vdpbf16ps: per f32 lane the products of two bf16 pairs, 64 flops an instruction.
+GMMGEN_REGISTER_ONLY __attribute__((target("avx512f,avx512bf16"))) double bf16_dot_zmm() {
+  __m512 a[12];
+  for (int i = 0; i < 12; ++i) a[i] = _mm512_set1_ps(float(i) * 1e-7f);
+  const __m512i b = _mm512_set1_epi32(0x3f803f80), c = _mm512_set1_epi32(0x33d633d6);
+  for (int64_t it = 0; it < kIters; ++it)
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) asm("vdpbf16ps %2, %1, %0" : "+v"(a[i]) : "v"(b), "v"(c));
+  alignas(64) float t[16];
+  float s = 0;
+  for (int i = 0; i < 12; ++i) {
+    _mm512_store_ps(t, a[i]);
+    for (float x : t) s += x;
+  }
+  return s;
+}
+// vpdpbusd: per i32 lane four u8 x s8 products, 128 integer ops an instruction (the kernels use
+// inline asm for it too: templates/cpp/ukernel/avx512bf16.inc).
+GMMGEN_REGISTER_ONLY __attribute__((target("avx512f,avx512vnni"))) double int_dot_zmm() {
+  __m512i a[12];
+  for (int i = 0; i < 12; ++i) a[i] = _mm512_set1_epi32(i);
+  const __m512i b = _mm512_set1_epi8(1), c = _mm512_set1_epi8(-1);
+  for (int64_t it = 0; it < kIters; ++it)
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) asm("vpdpbusd %2, %1, %0" : "+v"(a[i]) : "v"(b), "v"(c));
+  alignas(64) int32_t t[16];
+  double s = 0;
+  for (int i = 0; i < 12; ++i) {
+    _mm512_store_si512(t, a[i]);
+    for (int32_t x : t) s += x;
+  }
+  return s;
+}
+// vpmaddwd then vpaddd (the avx2 kernels' integer dot product): per i32 lane two i16 x i16
+// products, 32 integer ops a pair of instructions.
+GMMGEN_REGISTER_ONLY __attribute__((target("avx2"))) double int_dot_ymm() {
+  __m256i a[12];
+  for (int i = 0; i < 12; ++i) a[i] = _mm256_set1_epi32(i);
+  const __m256i b = _mm256_set1_epi16(1), c = _mm256_set1_epi16(-1);
+  for (int64_t it = 0; it < kIters; ++it)
+#pragma GCC unroll 12
+    for (int i = 0; i < 12; ++i) {
+      __m256i p;
+      asm("vpmaddwd %2, %1, %0" : "=v"(p) : "v"(b), "v"(c));
+      a[i] = _mm256_add_epi32(a[i], p);
+    }
+  alignas(32) int32_t t[8];
+  double s = 0;
+  for (int i = 0; i < 12; ++i) {
+    _mm256_store_si256(reinterpret_cast<__m256i*>(t), a[i]);
+    for (int32_t x : t) s += x;
+  }
+  return s;
+}
 #endif
 GMMGEN_REGISTER_ONLY double fma_scalar() {
   float a[12];
@@ -76,16 +130,11 @@ std::string cpuinfo_field(const std::string& key) {
 
 }  // namespace
 
-double measure_peak_gflops(int threads) {
-  const Isa isa = host_isa();
-  const int lanes = int(isa_family(isa).vec);
-  double (*loop)() = fma_scalar;
-  int64_t iters = kIters / 4;
-#if defined(__x86_64__)
-  if (lanes == 16) loop = fma_zmm, iters = kIters;
-  if (lanes == 8) loop = fma_ymm, iters = kIters;
-#endif
-  // The best of repeats over about a second: on a shared VM one short window can lose a core.
+namespace {
+
+// GFLOP/s (or integer GOP/s) of `loop` on `threads` threads at once, `flops` a call: the best of
+// repeats over about a second (on a shared VM one short window can lose a core).
+double best_rate(double (*loop)(), double flops, int threads) {
   double best = 0;
   const auto start = std::chrono::steady_clock::now();
   for (int rep = 0;
@@ -97,9 +146,102 @@ double measure_peak_gflops(int threads) {
     for (int t = 0; t < threads; ++t) ts.emplace_back([&, t] { sink[size_t(t)] = loop(); });
     for (auto& t : ts) t.join();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    best = std::max(best, 2.0 * lanes * 12 * double(iters) * threads / s / 1e9);
+    best = std::max(best, flops * threads / s / 1e9);
   }
   return best;
+}
+
+// Sums 64-bit words of [p, p + bytes) with SSE2 loads (every x86-64 has them), four streams.
+GMMGEN_REGISTER_ONLY uint64_t sum_words(const unsigned char* p, size_t bytes) {
+#if defined(__x86_64__)
+  __m128i s[4] = {_mm_setzero_si128(), _mm_setzero_si128(), _mm_setzero_si128(),
+                  _mm_setzero_si128()};
+  for (size_t i = 0; i + 64 <= bytes; i += 64)
+    for (int j = 0; j < 4; ++j)
+      s[j] = _mm_add_epi64(s[j], _mm_load_si128(reinterpret_cast<const __m128i*>(p + i) + j));
+  alignas(16) uint64_t t[2];
+  uint64_t r = 0;
+  for (auto& v : s) {
+    _mm_store_si128(reinterpret_cast<__m128i*>(t), v);
+    r += t[0] + t[1];
+  }
+  return r;
+#else
+  uint64_t r = 0;
+  for (size_t i = 0; i + 8 <= bytes; i += 8) r += *reinterpret_cast<const uint64_t*>(p + i);
+  return r;
+#endif
+}
+
+}  // namespace
+
+double measure_peak_gflops(int threads) {
+  return measure_path_peak_gflops(ProductPath::kF32Fma, isa_family(host_isa()), threads);
+}
+
+double measure_path_peak_gflops(ProductPath path, const IsaFamily& f, int threads) {
+  const IsaFamily& host = isa_family(host_isa());
+  switch (path) {
+    case ProductPath::kF32Fma:
+#if defined(__x86_64__)
+      if (f.vec == 16 && host.vec == 16) return best_rate(fma_zmm, 2.0 * 16 * 12 * kIters, threads);
+      if (f.vec >= 8 && host.vec >= 8) return best_rate(fma_ymm, 2.0 * 8 * 12 * kIters, threads);
+#endif
+      return best_rate(fma_scalar, 2.0 * 12 * (kIters / 4), threads);
+#if defined(__x86_64__)
+    case ProductPath::kBf16Dot:
+      return host.bf16_dot ? best_rate(bf16_dot_zmm, 4.0 * 16 * 12 * kIters, threads) : 0;
+    case ProductPath::kIntDot:
+      if (!f.int_dot || !host.int_dot) return 0;
+      if (f.vec == 16 && host.vec == 16)
+        return best_rate(int_dot_zmm, 8.0 * 16 * 12 * kIters, threads);
+      return best_rate(int_dot_ymm, 4.0 * 8 * 12 * kIters, threads);
+#endif
+    default:
+      return 0;
+  }
+}
+
+double measure_read_bandwidth_gbs(int threads) {
+  // 256 MiB per thread: far past any cache of the machines seen (up to 1 GiB of L3 is shared
+  // by many cores; a VM's two cores see a slice of it).
+  const size_t per_thread = size_t(256) << 20;
+  std::vector<unsigned char> buf(per_thread * size_t(threads) + 64, 1);  // pages touched here
+  const unsigned char* base = buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64;
+  double best = 0;
+  for (int rep = 0; rep < 3; ++rep) {
+    std::vector<uint64_t> sink(static_cast<size_t>(threads));
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<std::thread> ts;
+    for (int t = 0; t < threads; ++t)
+      ts.emplace_back(
+          [&, t] { sink[size_t(t)] = sum_words(base + size_t(t) * per_thread, per_thread); });
+    for (auto& t : ts) t.join();
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, double(per_thread) * threads / s / 1e9);
+  }
+  return best;
+}
+
+const IsaFamily& run_family(const KernelSpec& spec) {
+  return isa_family(spec.isa == Isa::kNative ? host_isa() : spec.isa);
+}
+
+std::string path_key(const KernelSpec& spec) {
+  const IsaFamily& f = run_family(spec);
+  return std::string(to_string(product_path(spec, f))) + " " + std::string(f.name);
+}
+
+void measure_paths(Machine& machine, const std::vector<KernelSpec>& specs) {
+  for (const KernelSpec& s : specs) {
+    const std::string key = path_key(s);
+    if (machine.path_peak_gflops.count(key)) continue;
+    const IsaFamily& f = run_family(s);
+    machine.path_peak_gflops[key] =
+        measure_path_peak_gflops(product_path(s, f), f, machine.threads);
+  }
+  if (machine.bandwidth_gbs == 0)
+    machine.bandwidth_gbs = measure_read_bandwidth_gbs(machine.threads);
 }
 
 Machine describe_machine(int threads, bool measure_peak) {
@@ -114,8 +256,16 @@ Machine describe_machine(int threads, bool measure_peak) {
 }
 
 nlohmann::ordered_json Machine::to_json() const {
-  return {{"cpu", cpu},           {"flags", flags},     {"isa", isa},
-          {"compiler", compiler}, {"threads", threads}, {"peak_gflops", peak_gflops}};
+  nlohmann::ordered_json paths = nlohmann::ordered_json::object();
+  for (const auto& [key, gflops] : path_peak_gflops) paths[key] = gflops;
+  return {{"cpu", cpu},
+          {"flags", flags},
+          {"isa", isa},
+          {"compiler", compiler},
+          {"threads", threads},
+          {"peak_gflops", peak_gflops},
+          {"path_peak_gflops", paths},
+          {"bandwidth_gbs", bandwidth_gbs}};
 }
 
 }  // namespace gmmgen::bench

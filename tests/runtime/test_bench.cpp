@@ -9,9 +9,11 @@
 #include <fstream>
 #include <iterator>
 #include <sstream>
+#include <tuple>
 
 #include "gmmgen/bench/bench.h"
 #include "gmmgen/heuristics.h"
+#include "gmmgen/platform.hpp"
 #include "gmmgen/runtime.hpp"
 #include "gmmgen/spec.h"
 #include "jit/toolchain.h"
@@ -89,6 +91,104 @@ TEST(Bench, CorrectKernelReportsSpeedAndAgreesWithEveryBaseline) {
     for (const char* key : {"lhs_quant", "rhs_quant", "baseline_dtype", "vs_float"})
       EXPECT_FALSE(j.contains(key)) << key;
   }
+}
+
+// A row reports the fraction of its product path's peak and of its roofline, max(flops / path
+// peak, bytes / bandwidth) with the bytes of the cost model, and which bound applies; without a
+// measured path peak it reports neither.
+TEST(Bench, RooflineIsTheLargerOfComputeAndMemoryTime) {
+  BenchCase c;
+  Runtime rt(c.opts);
+  rt.register_kernels(smoke_kernels_kernels, 1);
+  bench::Options o;
+  o.reps = 3, o.threads = 2, o.baseline = bench::BaselineKind::kNone;
+  const double bytes = double(cost_estimate(c.spec).bytes.at(c.work.m));
+  EXPECT_DOUBLE_EQ(bytes, 61.0 * (37 + 29) * 4 + 5.0 * 37 * 29 * 4);
+  // (path peak GFLOP/s, bandwidth GB/s, the bound they make): 113,738 flops over 37,564 bytes.
+  for (auto [peak, bandwidth, bound] :
+       {std::tuple{1.0, 1000.0, "compute"}, std::tuple{1e6, 0.001, "memory"}}) {
+    c.machine.path_peak_gflops = {{bench::path_key(c.spec), peak}};
+    c.machine.bandwidth_gbs = bandwidth;
+    const bench::Row row = bench::run(rt, c.spec, c.work, o, c.machine);
+    ASSERT_TRUE(row.ok) << row.failure;
+    EXPECT_EQ(row.path, "f32-fma");
+    EXPECT_DOUBLE_EQ(row.bytes, bytes);
+    EXPECT_DOUBLE_EQ(row.path_peak_gflops, peak);
+    EXPECT_NEAR(row.path_fraction, row.gflops / peak, 1e-12);
+    const double compute_ms = row.flops / (peak * 1e6), memory_ms = bytes / (bandwidth * 1e6);
+    EXPECT_DOUBLE_EQ(row.roofline_ms, std::max(compute_ms, memory_ms));
+    EXPECT_NEAR(row.roofline_fraction, row.roofline_ms / row.ms, 1e-12);
+    EXPECT_EQ(row.bound, bound);
+    const auto j = row.to_json();
+    EXPECT_EQ(j["bound"], bound);
+    EXPECT_EQ(j["path"], "f32-fma");
+    EXPECT_DOUBLE_EQ(j["roofline_fraction"].get<double>(), row.roofline_fraction);
+  }
+  c.machine.path_peak_gflops.clear();
+  const bench::Row row = bench::run(rt, c.spec, c.work, o, c.machine);
+  EXPECT_EQ(row.path_peak_gflops, 0);
+  EXPECT_EQ(row.bound, "");
+  const auto j = row.to_json();
+  for (const char* key :
+       {"path_peak_gflops", "path_fraction", "roofline_ms", "roofline_fraction", "bound"})
+    EXPECT_TRUE(j[key].is_null()) << key;
+}
+
+// The product path of each kind of kernel on each family: the instruction its products run on.
+TEST(Bench, ProductPathFollowsTheFamilysInstructions) {
+  const struct {
+    const char* spec;
+    Isa isa;
+    const char* path;
+  } cases[] = {
+      {"op=gmm,lhs=f32,rhs=f32,out=f32,k=64,n=64,g=2,tm=32,tk=64,tn=64", Isa::kAvx512Bf16,
+       "f32-fma"},
+      {"op=gmm,lhs=bf16,rhs=bf16,out=f32,k=64,n=64,g=2,tm=32,tk=64,tn=64", Isa::kAvx512Bf16,
+       "bf16-dot"},
+      {"op=tgmm,lhs=bf16,rhs=bf16,out=f32,k=64,n=64,g=2,tm=32,tk=64,tn=64", Isa::kAvx512Bf16,
+       "bf16-dot"},
+      {"op=gmm,lhs=bf16,rhs=bf16,out=f32,k=64,n=64,g=2,tm=32,tk=64,tn=64", Isa::kAvx512, "f32-fma"},
+      {"op=gmm,lhs=bf16,rhs=bf16,out=f32,k=64,n=64,g=2,tm=32,tk=64,tn=64", Isa::kAvx2, "f32-fma"},
+      {"op=gmm,lhs=bf16,rhs=bf16,out=f32,k=64,n=64,g=2,tm=32,tk=64,tn=64", Isa::kAmx, "amx-tiles"},
+      {"op=tgmm,lhs=bf16,rhs=bf16,out=f32,k=64,n=64,g=2,tm=32,tk=64,tn=64", Isa::kAmx, "bf16-dot"},
+      {"op=gmm,lhs=bf16,rhs=i4,out=f32,rhs_quant=block:32,k=64,n=64,g=2,tm=32,tk=64,tn=64",
+       Isa::kAmx, "amx-tiles"},
+      {"op=gmm,lhs=i8,rhs=i8,out=f32,lhs_quant=channel,rhs_quant=channel,k=64,n=64,g=2,tm=32,tk=64,"
+       "tn=64",
+       Isa::kAvx512Bf16, "int-dot"},
+      {"op=gmm,lhs=i8,rhs=i4,out=f32,lhs_quant=block:32,rhs_quant=block:32,k=64,n=64,g=2,tm=32,tk="
+       "64,tn=64",
+       Isa::kAvx2, "int-dot"},
+      {"op=gmm,lhs=i8,rhs=i8,out=f32,lhs_quant=channel,rhs_quant=channel,k=64,n=64,g=2,tm=32,tk=64,"
+       "tn=64",
+       Isa::kAvx512, "f32-fma"},
+      {"op=gmm,lhs=bf16,rhs=i8,out=f32,rhs_quant=channel,k=64,n=64,g=2,tm=32,tk=64,tn=64",
+       Isa::kAvx512Bf16, "bf16-dot"},
+      {"op=gmm,lhs=f32,rhs=f32,out=f32,k=64,n=64,g=2,tm=32,tk=64,tn=64", Isa::kGeneric, "f32-fma"},
+  };
+  for (const auto& t : cases) {
+    KernelSpec s = parse_text(t.spec);
+    s.isa = t.isa;
+    EXPECT_EQ(to_string(product_path(s, isa_family(t.isa))), t.path)
+        << t.spec << " isa=" << to_string(t.isa);
+  }
+}
+
+// The paths the rows use are measured once each, with the read bandwidth; a path the host has
+// gets a positive peak.
+TEST(Bench, MeasuresThePeakOfEachPathARowUses) {
+  bench::Machine m;
+  m.threads = 2;
+  const KernelSpec f32 =
+      parse_text("op=gmm,lhs=f32,rhs=f32,out=f32,k=64,n=64,g=2,tm=16,tk=64,tn=16");
+  bench::measure_paths(m, {f32, f32});
+  ASSERT_EQ(m.path_peak_gflops.size(), 1u);
+  EXPECT_EQ(m.path_peak_gflops.begin()->first, "f32-fma " + std::string(to_string(host_isa())));
+  EXPECT_GT(m.path_peak_gflops.begin()->second, 0);
+  EXPECT_GT(m.bandwidth_gbs, 0);
+  const auto j = m.to_json();
+  EXPECT_GT(j["path_peak_gflops"][bench::path_key(f32)].get<double>(), 0);
+  EXPECT_GT(j["bandwidth_gbs"].get<double>(), 0);
 }
 
 // Returns at once and writes nothing: as fast as a kernel gets, and wrong.
@@ -412,7 +512,17 @@ TEST(BenchShapes, TakeIsaAndTilingRejectOtherSpecOptions) {
     ++table_rows;
     EXPECT_EQ(f[5], "-") << line;
     EXPECT_EQ(f[6], "-") << line;
+    // Then % peak, the product path (generic: scalar f32 FMA), % of its peak, % of the roofline
+    // and the bound.
+    ASSERT_GE(f.size(), 12u) << line;
+    EXPECT_EQ(f[8], "f32-fma") << line;
+    EXPECT_EQ(f[9].back(), '%') << line;
+    EXPECT_EQ(f[10].back(), '%') << line;
+    EXPECT_TRUE(f[11] == "compute" || f[11] == "memory") << line;
   }
+  EXPECT_NE(r.output.find("path peak: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(f32-fma generic, measured)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("bandwidth: "), std::string::npos) << r.output;
   EXPECT_EQ(table_rows, 2) << r.output;
   std::ifstream in(json);
   const auto j = nlohmann::json::parse(in);

@@ -199,15 +199,26 @@ int run_bench(const BenchOptions& o) {
   }
 
   bench::Machine machine = bench::describe_machine(o.threads);
+  std::vector<KernelSpec> specs;
+  for (const auto& j : jobs) specs.push_back(j.spec);
+  bench::measure_paths(machine, specs);
   std::printf(
       "cpu:       %s\nisa:       %s\ncompiler:  %s\nthreads:   %d\npeak:      %.1f GFLOP/s "
-      "(f32 FMA, measured)\nbaseline:  %s\n\n",
+      "(f32 FMA, measured)\n",
       machine.cpu.c_str(), machine.isa.c_str(), machine.compiler.c_str(), machine.threads,
-      machine.peak_gflops, bench::to_string(opt.baseline).c_str());
+      machine.peak_gflops);
+  for (const auto& [key, gflops] : machine.path_peak_gflops) {
+    if (gflops > 0)
+      std::printf("path peak: %.1f GFLOP/s (%s, measured)\n", gflops, key.c_str());
+    else
+      std::printf("path peak: - (%s, not measured)\n", key.c_str());
+  }
+  std::printf("bandwidth: %.1f GB/s (DRAM read, measured)\nbaseline:  %s\n\n",
+              machine.bandwidth_gbs, bench::to_string(opt.baseline).c_str());
   const int w = int(width), tw = int(tiling_width);
-  std::printf("%-5s %-5s %-*s %10s %10s %10s %7s %7s%s  %-*s  %s\n", "shape", "op", w,
-              "lhs x rhs -> out", "ms", "GFLOP/s", "base GF/s", "ratio", "% peak",
-              any_quantized ? " vs float" : "", tw, "tiling", "check");
+  std::printf("%-5s %-5s %-*s %10s %10s %10s %7s %7s %-9s %7s %7s %-7s%s  %-*s  %s\n", "shape",
+              "op", w, "lhs x rhs -> out", "ms", "GFLOP/s", "base GF/s", "ratio", "% peak", "path",
+              "% path", "% roof", "bound", any_quantized ? " vs float" : "", tw, "tiling", "check");
   std::fflush(stdout);
   nlohmann::ordered_json rows = nlohmann::ordered_json::array();
   std::vector<bench::Row> done;
@@ -240,14 +251,21 @@ int run_bench(const BenchOptions& o) {
                      no_baseline.end()) {
         no_baseline.push_back(r.baseline);
       }
-      std::printf("%-5s %-5s %-*s %10.3f %10.1f %10s %7s %6.1f%%%s  %-*s  ok\n", r.shape.c_str(),
-                  r.op.c_str(), w, dtypes.c_str(), r.ms, r.gflops, base, ratio,
-                  100 * r.peak_fraction, vs.c_str(), tw, tiling);
+      // The path's peak and the roofline where measured, "-" otherwise.
+      char path_pct[16] = "-", roof_pct[16] = "-";
+      if (r.path_peak_gflops > 0)
+        std::snprintf(path_pct, sizeof path_pct, "%.1f%%", 100 * r.path_fraction);
+      if (!r.bound.empty())
+        std::snprintf(roof_pct, sizeof roof_pct, "%.1f%%", 100 * r.roofline_fraction);
+      std::printf("%-5s %-5s %-*s %10.3f %10.1f %10s %7s %6.1f%% %-9s %7s %7s %-7s%s  %-*s  ok\n",
+                  r.shape.c_str(), r.op.c_str(), w, dtypes.c_str(), r.ms, r.gflops, base, ratio,
+                  100 * r.peak_fraction, r.path.c_str(), path_pct, roof_pct,
+                  r.bound.empty() ? "-" : r.bound.c_str(), vs.c_str(), tw, tiling);
     } else {
       ++failures;  // a wrong kernel reports no speed
-      std::printf("%-5s %-5s %-*s %10s %10s %10s %7s %7s%s  %-*s  MISMATCH: %s\n", r.shape.c_str(),
-                  r.op.c_str(), w, dtypes.c_str(), "-", "-", "-", "-", "-", vs.c_str(), tw, tiling,
-                  r.failure.c_str());
+      std::printf("%-5s %-5s %-*s %10s %10s %10s %7s %7s %-9s %7s %7s %-7s%s  %-*s  MISMATCH: %s\n",
+                  r.shape.c_str(), r.op.c_str(), w, dtypes.c_str(), "-", "-", "-", "-", "-",
+                  r.path.c_str(), "-", "-", "-", vs.c_str(), tw, tiling, r.failure.c_str());
     }
     std::fflush(stdout);
     done.push_back(std::move(r));

@@ -5,11 +5,13 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "gmmgen/heuristics.h"
 #include "gmmgen/runtime.hpp"
 #include "gmmgen/spec.h"
 
@@ -99,11 +101,26 @@ struct Machine {
   std::string compiler;  // the compiler kernels are built with
   int threads = 1;
   double peak_gflops = 0;  // f32 FMA peak with `threads` threads, measured
+  // The peak of each product path a row uses (measure_paths), keyed by path_key; and the DRAM
+  // read bandwidth with `threads` threads (GB/s; 0: not measured).
+  std::map<std::string, double> path_peak_gflops;
+  double bandwidth_gbs = 0;
   nlohmann::ordered_json to_json() const;
 };
 
 // Measures the f32 FMA peak with a register-only loop of the host's best family (about a second).
 double measure_peak_gflops(int threads);
+// The peak of one product path of family f (a register-only loop of that instruction, about a
+// second): f32 FMA of the family's width, vdpbf16ps, vpdpbusd (avx512bf16) or vpmaddwd + vpaddd
+// (avx2). 0 for AMX tiles (not measured) and for a path the host cannot run.
+double measure_path_peak_gflops(ProductPath path, const IsaFamily& f, int threads);
+// The DRAM read bandwidth: `threads` threads summing a buffer far larger than the caches.
+double measure_read_bandwidth_gbs(int threads);
+// The family a spec's kernel runs on here (native: the host's) and the key of its path's peak.
+const IsaFamily& run_family(const KernelSpec& spec);
+std::string path_key(const KernelSpec& spec);
+// Measures, once each, the peaks of the paths these specs use and the read bandwidth.
+void measure_paths(Machine& machine, const std::vector<KernelSpec>& specs);
 // The host: CPU model and flags, ISA family, compiler, threads; peak_gflops measured only when
 // asked (tune names the machine in its table; it needs no peak).
 Machine describe_machine(int threads, bool measure_peak = true);
@@ -135,6 +152,14 @@ struct Row {
   // float_spec; 0 when not timed or the row failed).
   double float_gflops = 0, vs_float = 0;
   double peak_gflops = 0, peak_fraction = 0;
+  // The roofline: the row's product path and its peak (0: not measured), the bytes the cost
+  // model says it moves, and max(flops / path peak, bytes / bandwidth); roofline_fraction is that
+  // time over the measured one; bound says which term is larger ("compute" or "memory"; "" and
+  // 0 without both figures).
+  std::string path;
+  double path_peak_gflops = 0, path_fraction = 0;
+  double bytes = 0, roofline_ms = 0, roofline_fraction = 0;
+  std::string bound;
   bool ok = true;  // the output matched the float64 reference (sampled) and the baseline
   std::string failure;
   nlohmann::ordered_json to_json() const;
