@@ -2,6 +2,7 @@
 // best family, on `threads` threads at once.
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <fstream>
 #include <thread>
 #include <vector>
@@ -25,6 +26,20 @@ constexpr int64_t kIters = 40'000'000;
 // stay in registers (bench and the tests of it run there too, and a peak that takes ten times
 // longer to measure measures nothing).
 #define GMMGEN_REGISTER_ONLY __attribute__((no_sanitize("address", "undefined")))
+
+// The sum of the lanes (of type T) of a loop's 12 accumulators: its result, so that the compiler
+// keeps every chain.
+template <class T, class V>
+double lane_sum(const V (&a)[12]) {
+  double s = 0;
+  for (const V& v : a) {
+    T t[sizeof(V) / sizeof(T)];
+    std::memcpy(t, &v, sizeof(V));
+    for (T x : t) s += double(x);
+  }
+  return s;
+}
+
 #if defined(__x86_64__)
 GMMGEN_REGISTER_ONLY __attribute__((target("avx512f"))) double fma_zmm() {
   __m512 a[12];
@@ -33,13 +48,7 @@ GMMGEN_REGISTER_ONLY __attribute__((target("avx512f"))) double fma_zmm() {
   for (int64_t it = 0; it < kIters; ++it)
 #pragma GCC unroll 12
     for (int i = 0; i < 12; ++i) a[i] = _mm512_fmadd_ps(a[i], b, c);
-  alignas(64) float t[16];
-  float s = 0;
-  for (int i = 0; i < 12; ++i) {
-    _mm512_store_ps(t, a[i]);
-    for (float x : t) s += x;
-  }
-  return s;
+  return lane_sum<float>(a);
 }
 GMMGEN_REGISTER_ONLY __attribute__((target("avx2,fma"))) double fma_ymm() {
   __m256 a[12];
@@ -48,13 +57,7 @@ GMMGEN_REGISTER_ONLY __attribute__((target("avx2,fma"))) double fma_ymm() {
   for (int64_t it = 0; it < kIters; ++it)
 #pragma GCC unroll 12
     for (int i = 0; i < 12; ++i) a[i] = _mm256_fmadd_ps(a[i], b, c);
-  alignas(32) float t[8];
-  float s = 0;
-  for (int i = 0; i < 12; ++i) {
-    _mm256_store_ps(t, a[i]);
-    for (float x : t) s += x;
-  }
-  return s;
+  return lane_sum<float>(a);
 }
 // vdpbf16ps: per f32 lane the products of two bf16 pairs, 64 flops an instruction.
 GMMGEN_REGISTER_ONLY __attribute__((target("avx512f,avx512bf16"))) double bf16_dot_zmm() {
@@ -64,13 +67,7 @@ GMMGEN_REGISTER_ONLY __attribute__((target("avx512f,avx512bf16"))) double bf16_d
   for (int64_t it = 0; it < kIters; ++it)
 #pragma GCC unroll 12
     for (int i = 0; i < 12; ++i) asm("vdpbf16ps %2, %1, %0" : "+v"(a[i]) : "v"(b), "v"(c));
-  alignas(64) float t[16];
-  float s = 0;
-  for (int i = 0; i < 12; ++i) {
-    _mm512_store_ps(t, a[i]);
-    for (float x : t) s += x;
-  }
-  return s;
+  return lane_sum<float>(a);
 }
 // vpdpbusd: per i32 lane four u8 x s8 products, 128 integer ops an instruction (the kernels use
 // inline asm for it too: templates/cpp/ukernel/avx512bf16.inc).
@@ -81,13 +78,7 @@ GMMGEN_REGISTER_ONLY __attribute__((target("avx512f,avx512vnni"))) double int_do
   for (int64_t it = 0; it < kIters; ++it)
 #pragma GCC unroll 12
     for (int i = 0; i < 12; ++i) asm("vpdpbusd %2, %1, %0" : "+v"(a[i]) : "v"(b), "v"(c));
-  alignas(64) int32_t t[16];
-  double s = 0;
-  for (int i = 0; i < 12; ++i) {
-    _mm512_store_si512(t, a[i]);
-    for (int32_t x : t) s += x;
-  }
-  return s;
+  return lane_sum<int32_t>(a);
 }
 // vpmaddwd then vpaddd (the avx2 kernels' integer dot product): per i32 lane two i16 x i16
 // products, 32 integer ops a pair of instructions.
@@ -102,13 +93,7 @@ GMMGEN_REGISTER_ONLY __attribute__((target("avx2"))) double int_dot_ymm() {
       asm("vpmaddwd %2, %1, %0" : "=v"(p) : "v"(b), "v"(c));
       a[i] = _mm256_add_epi32(a[i], p);
     }
-  alignas(32) int32_t t[8];
-  double s = 0;
-  for (int i = 0; i < 12; ++i) {
-    _mm256_store_si256(reinterpret_cast<__m256i*>(t), a[i]);
-    for (int32_t x : t) s += x;
-  }
-  return s;
+  return lane_sum<int32_t>(a);
 }
 #endif
 GMMGEN_REGISTER_ONLY double fma_scalar() {
@@ -237,8 +222,12 @@ void measure_paths(Machine& machine, const std::vector<KernelSpec>& specs) {
     const std::string key = path_key(s);
     if (machine.path_peak_gflops.count(key)) continue;
     const IsaFamily& f = run_family(s);
+    const ProductPath path = product_path(s, f);
+    // The host family's f32 FMA peak is the one describe_machine measured.
+    const bool measured =
+        path == ProductPath::kF32Fma && &f == &isa_family(host_isa()) && machine.peak_gflops > 0;
     machine.path_peak_gflops[key] =
-        measure_path_peak_gflops(product_path(s, f), f, machine.threads);
+        measured ? machine.peak_gflops : measure_path_peak_gflops(path, f, machine.threads);
   }
   if (machine.bandwidth_gbs == 0)
     machine.bandwidth_gbs = measure_read_bandwidth_gbs(machine.threads);

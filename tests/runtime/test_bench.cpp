@@ -189,6 +189,12 @@ TEST(Bench, MeasuresThePeakOfEachPathARowUses) {
   const auto j = m.to_json();
   EXPECT_GT(j["path_peak_gflops"][bench::path_key(f32)].get<double>(), 0);
   EXPECT_GT(j["bandwidth_gbs"].get<double>(), 0);
+  // The host family's f32 FMA peak is the machine's, when describe_machine measured it.
+  bench::Machine again;
+  again.threads = 2, again.peak_gflops = 123, again.bandwidth_gbs = 4;
+  bench::measure_paths(again, {f32});
+  EXPECT_EQ(again.path_peak_gflops.at(bench::path_key(f32)), 123);
+  EXPECT_EQ(again.bandwidth_gbs, 4);  // measured once
 }
 
 // Returns at once and writes nothing: as fast as a kernel gets, and wrong.

@@ -119,7 +119,8 @@ double measure_read_bandwidth_gbs(int threads);
 // The family a spec's kernel runs on here (native: the host's) and the key of its path's peak.
 const IsaFamily& run_family(const KernelSpec& spec);
 std::string path_key(const KernelSpec& spec);
-// Measures, once each, the peaks of the paths these specs use and the read bandwidth.
+// Measures, once each, the peaks of the paths these specs use (the host family's f32 FMA: its
+// peak_gflops where measured) and the read bandwidth.
 void measure_paths(Machine& machine, const std::vector<KernelSpec>& specs);
 // The host: CPU model and flags, ISA family, compiler, threads; peak_gflops measured only when
 // asked (tune names the machine in its table; it needs no peak).
