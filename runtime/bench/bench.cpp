@@ -469,9 +469,7 @@ nlohmann::ordered_json Row::to_json() const {
   return j;
 }
 
-// The roofline of a timed row: the fraction of its path's peak, and max(flops / path peak,
-// bytes / bandwidth) against the measured time, where both are known.
-static void set_roofline(Row& r, double bandwidth_gbs) {
+void set_roofline(Row& r, double bandwidth_gbs) {
   if (r.path_peak_gflops > 0) r.path_fraction = r.gflops / r.path_peak_gflops;
   if (r.path_peak_gflops <= 0 || bandwidth_gbs <= 0 || r.ms <= 0) return;
   const double compute_ms = r.flops / (r.path_peak_gflops * 1e6);

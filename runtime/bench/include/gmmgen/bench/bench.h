@@ -166,6 +166,10 @@ struct Row {
   nlohmann::ordered_json to_json() const;
 };
 
+// Sets a timed row's fraction of its path's peak and its roofline, max(flops / path peak,
+// bytes / bandwidth) against the measured time, and bound, where both figures are known.
+void set_roofline(Row& r, double bandwidth_gbs);
+
 // Runs one spec on one workload: the kernel (through the runtime, compiled or cached) and the
 // baseline, each warmed up, then timed `reps` times; both outputs are checked against a float64
 // reference on sampled elements. Quantized operands: uniform [-1, 1) floats quantized by
