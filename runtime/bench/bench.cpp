@@ -507,9 +507,7 @@ Row run(Runtime& rt, const KernelSpec& spec, const Workload& work, const Options
   row.flops = 2.0 * double(rows) * double(spec.k) * double(spec.n);
   row.peak_gflops = machine.peak_gflops;
   row.path = std::string(to_string(product_path(spec, run_family(spec))));
-  if (const auto it = machine.path_peak_gflops.find(path_key(spec));
-      it != machine.path_peak_gflops.end())
-    row.path_peak_gflops = it->second;
+  row.path_peak_gflops = machine.path_peak(path_key(spec));
   row.bytes = double(cost_estimate(spec).bytes.at(work.m));
 
   const bool tgmm = spec.op == Op::kTgmm;

@@ -220,14 +220,10 @@ std::string path_key(const KernelSpec& spec) {
 void measure_paths(Machine& machine, const std::vector<KernelSpec>& specs) {
   for (const KernelSpec& s : specs) {
     const std::string key = path_key(s);
-    if (machine.path_peak_gflops.count(key)) continue;
+    if (machine.path_peak_gflops.count(key) || machine.path_peak(key) > 0) continue;
     const IsaFamily& f = run_family(s);
-    const ProductPath path = product_path(s, f);
-    // The host family's f32 FMA peak is the one describe_machine measured.
-    const bool measured =
-        path == ProductPath::kF32Fma && &f == &isa_family(host_isa()) && machine.peak_gflops > 0;
     machine.path_peak_gflops[key] =
-        measured ? machine.peak_gflops : measure_path_peak_gflops(path, f, machine.threads);
+        measure_path_peak_gflops(product_path(s, f), f, machine.threads);
   }
   if (machine.bandwidth_gbs == 0)
     machine.bandwidth_gbs = measure_read_bandwidth_gbs(machine.threads);
@@ -244,9 +240,22 @@ Machine describe_machine(int threads, bool measure_peak) {
   return m;
 }
 
+namespace {
+std::string host_f32_key() {
+  return std::string(to_string(ProductPath::kF32Fma)) + " " +
+         std::string(isa_family(host_isa()).name);
+}
+}  // namespace
+
+double Machine::path_peak(const std::string& key) const {
+  if (const auto it = path_peak_gflops.find(key); it != path_peak_gflops.end()) return it->second;
+  return key == host_f32_key() ? peak_gflops : 0;
+}
+
 nlohmann::ordered_json Machine::to_json() const {
   nlohmann::ordered_json paths = nlohmann::ordered_json::object();
   for (const auto& [key, gflops] : path_peak_gflops) paths[key] = gflops;
+  if (peak_gflops > 0 && !paths.contains(host_f32_key())) paths[host_f32_key()] = peak_gflops;
   return {{"cpu", cpu},
           {"flags", flags},
           {"isa", isa},

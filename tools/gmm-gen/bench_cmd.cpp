@@ -207,8 +207,12 @@ int run_bench(const BenchOptions& o) {
       "(f32 FMA, measured)\n",
       machine.cpu.c_str(), machine.isa.c_str(), machine.compiler.c_str(), machine.threads,
       machine.peak_gflops);
-  for (const auto& [key, gflops] : machine.path_peak_gflops) {
-    if (gflops > 0)
+  std::vector<std::string> keys;
+  for (const auto& s : specs)
+    if (std::find(keys.begin(), keys.end(), bench::path_key(s)) == keys.end())
+      keys.push_back(bench::path_key(s));
+  for (const std::string& key : keys) {
+    if (const double gflops = machine.path_peak(key); gflops > 0)
       std::printf("path peak: %.1f GFLOP/s (%s, measured)\n", gflops, key.c_str());
     else
       std::printf("path peak: - (%s, not measured)\n", key.c_str());
@@ -283,18 +287,13 @@ int run_bench(const BenchOptions& o) {
         "\npeak:      %.1f GFLOP/s measured after the rows (%.1f at the start, which %% peak "
         "and the host family's f32-fma %% path and %% roof above used; the JSON uses %.1f)\n",
         again, machine.peak_gflops, again);
-    // The host family's f32 FMA path had this same peak (bench::measure_paths): it moves too.
-    const double start = machine.peak_gflops;
-    const std::string f32 = std::string(to_string(ProductPath::kF32Fma));
-    for (auto& [key, gflops] : machine.path_peak_gflops)
-      if (key.rfind(f32 + " ", 0) == 0 && gflops == start) gflops = again;
-    machine.peak_gflops = again;
-    for (bench::Row& r : done) {
+    machine.peak_gflops = again;  // also the host family's f32 FMA path peak (path_peak)
+    for (size_t i = 0; i < done.size(); ++i) {
+      bench::Row& r = done[i];
       r.peak_gflops = again, r.peak_fraction = r.gflops / again;
-      if (r.ok && r.path == f32 && r.path_peak_gflops == start) {
-        r.path_peak_gflops = again;
-        bench::set_roofline(r, machine.bandwidth_gbs);
-      }
+      if (!r.ok) continue;
+      r.path_peak_gflops = machine.path_peak(bench::path_key(jobs[i].spec));
+      bench::set_roofline(r, machine.bandwidth_gbs);
     }
   }
   for (const bench::Row& r : done) rows.push_back(r.to_json());

@@ -101,11 +101,14 @@ struct Machine {
   std::string compiler;  // the compiler kernels are built with
   int threads = 1;
   double peak_gflops = 0;  // f32 FMA peak with `threads` threads, measured
-  // The peak of each product path a row uses (measure_paths), keyed by path_key; and the DRAM
-  // read bandwidth with `threads` threads (GB/s; 0: not measured).
+  // The peak of each product path a row uses (measure_paths), keyed by path_key, but the host
+  // family's f32 FMA where peak_gflops holds it; and the DRAM read bandwidth with `threads`
+  // threads (GB/s; 0: not measured).
   std::map<std::string, double> path_peak_gflops;
   double bandwidth_gbs = 0;
-  nlohmann::ordered_json to_json() const;
+  // A path's peak: path_peak_gflops, else for the host family's f32 FMA peak_gflops; 0 if neither.
+  double path_peak(const std::string& key) const;
+  nlohmann::ordered_json to_json() const;  // path_peak_gflops with the host's f32 FMA entry
 };
 
 // Measures the f32 FMA peak with a register-only loop of the host's best family (about a second).
@@ -119,8 +122,8 @@ double measure_read_bandwidth_gbs(int threads);
 // The family a spec's kernel runs on here (native: the host's) and the key of its path's peak.
 const IsaFamily& run_family(const KernelSpec& spec);
 std::string path_key(const KernelSpec& spec);
-// Measures, once each, the peaks of the paths these specs use (the host family's f32 FMA: its
-// peak_gflops where measured) and the read bandwidth.
+// Measures, once each, the peaks of the paths these specs use that path_peak does not know yet,
+// and the read bandwidth.
 void measure_paths(Machine& machine, const std::vector<KernelSpec>& specs);
 // The host: CPU model and flags, ISA family, compiler, threads; peak_gflops measured only when
 // asked (tune names the machine in its table; it needs no peak).
