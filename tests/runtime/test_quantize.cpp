@@ -328,6 +328,25 @@ TEST_P(QuantizeDtype, MatchesFloat64ReferenceOnRaggedShapes) {
   }
 }
 
+// Inputs of 32768 elements and more are split over the quantizers' pool: row panels, column
+// chunks (one scale per column), and the single block of tensor scales (its amax, then its rows).
+TEST_P(QuantizeDtype, LargeInputsSplitOverThePoolMatchTheReference) {
+  const DType d = GetParam();
+  uint64_t seed = 500;
+  for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{300, 131}, {3, 11001}})
+    for (const char* s : {"tensor", "channel", "block:32", "block:16x32"})
+      for (QuantAxis axis : {QuantAxis::kCols, QuantAxis::kRows})
+        for (const char* cal : {"absmax", "fixed:-1.5:2"}) {
+          QuantizeOptions o;
+          o.dtype = d;
+          o.scheme = scheme(s);
+          o.axis = axis;
+          o.calibration = parse_calibration(cal);
+          check_against_reference(o, rows, cols, false, seed++);
+          if (HasFatalFailure() || HasFailure()) return;
+        }
+}
+
 INSTANTIATE_TEST_SUITE_P(Quantize, QuantizeDtype, ::testing::ValuesIn(kQuantized),
                          [](const auto& info) { return std::string(to_string(info.param)); });
 
@@ -469,6 +488,56 @@ TEST(QuantizeCodes, IntegersRoundHalfToEvenAndClamp) {
   EXPECT_EQ(1, int(encode_code(DType::kT2, 3.0)));
 }
 
+// Values next to ties, x = (j + 1/2) * s rounded to f32, and their neighbours, in runs long
+// enough for the vector code: their f32 quotients x / s mostly land on the tie itself, while the
+// exact ones lie on either side. Then with s a power of two, where x / s is exactly the tie.
+TEST(QuantizeCodes, IntegerRowsMatchEncodeCodeAtTies) {
+  std::mt19937 rng(5);
+  for (DType d : {DType::kI8, DType::kI4})
+    for (const float amax : {1.0f, float(codes::qmax(d) / 8)}) {  // s = 1/qmax, 1/8
+      const double qmax = codes::qmax(d);
+      const double s = double(float(double(amax) / qmax));  // the absmax scale
+      SCOPED_TRACE(std::string(to_string(d)) + " s=" + std::to_string(s));
+      std::vector<float> v{amax};
+      for (double j = -qmax; j < qmax; ++j) {  // every tie inside [-qmax, qmax]
+        const float tie = float((j + 0.5) * s);
+        v.insert(v.end(), {tie, std::nextafter(tie, -1e30f), std::nextafter(tie, 1e30f)});
+      }
+      std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+      while (v.size() % 16 != 11) v.push_back(u(rng) * amax);
+      const int64_t n = int64_t(v.size());
+      std::vector<uint8_t> q(static_cast<size_t>(n));
+      float st = 0;
+      QuantizeOptions o;
+      o.dtype = d;
+      o.scheme = scheme("tensor");
+      quantize(v.data(), 1, n, 0, o, q.data(), 0, &st, 0);
+      ASSERT_EQ(float(s), st);
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(int(encode_code(d, double(v[size_t(i)]) / s)),
+                  int(codes::get_code(q.data(), i, bits_of(d))))
+            << "x=" << v[size_t(i)];
+      // Blocks of 16 and one scale per column (v as 2 rows): each code from its own scale.
+      o.scheme = scheme("block:16");
+      std::vector<float> sb(size_t((n + 15) / 16));
+      quantize(v.data(), 1, n, 0, o, q.data(), 0, sb.data(), 0);
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(int(encode_code(d, double(v[size_t(i)]) / sb[size_t(i / 16)])),
+                  int(codes::get_code(q.data(), i, bits_of(d))))
+            << "x=" << v[size_t(i)];
+      const int64_t cols = n / 2;
+      o.scheme = scheme("channel"), o.axis = QuantAxis::kRows;
+      std::vector<float> sc(static_cast<size_t>(cols));
+      const int64_t cld = packed_codes_ld(d, cols);
+      quantize(v.data(), 2, cols, 0, o, q.data(), 0, sc.data(), 0);
+      for (int64_t r = 0; r < 2; ++r)
+        for (int64_t c = 0; c < cols; ++c)
+          ASSERT_EQ(int(encode_code(d, double(v[size_t(r * cols + c)]) / sc[size_t(c)])),
+                    int(codes::get_code(q.data() + r * cld * bits_of(d) / 8, c, bits_of(d))))
+              << "x=" << v[size_t(r * cols + c)];
+    }
+}
+
 // ---- Calibration and scales -----------------------------------------------------------------
 
 TEST(QuantizeScales, AllZeroBlockHasScaleOneAndZeroCodes) {
@@ -566,7 +635,9 @@ TEST(QuantizePacking, NeighbouringCodesAndPaddingAreUntouched) {
 // ---- Dual quantization -----------------------------------------------------------------------
 
 TEST(QuantizeDual, EqualsTwoSingleCallsBitForBit) {
-  const std::pair<int64_t, int64_t> shapes[] = {{1, 37}, {70, 45}, {33, 67}, {16, 16}, {5, 1}};
+  // The last shape is split over the quantizers' pool.
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 37},  {70, 45}, {33, 67},
+                                                {16, 16}, {5, 1},   {200, 171}};
   uint64_t seed = 11;
   for (DType d : kQuantized)
     for (const char* s : {"block:16", "block:32"})
@@ -730,6 +801,21 @@ TEST(QuantizeErrors, NameTheParameterAndLeaveOutputsUntouched) {
         c.x[5 * 40] = INFINITY;
       },
       "x[4, 1]=-inf is not finite");
+  // An input split over the pool still names its first bad element.
+  expect_error(
+      [](QuantizeCall& c) {
+        c.rows = 1000;
+        c.x.assign(size_t(1000 * 40), 0.5f);
+        c.xp = c.x.data();
+        c.q.assign(size_t(1000 * 20), kCodePoison);
+        c.qp = c.q.data();
+        c.s.assign(size_t(1000 * 3), kScalePoison);
+        c.sp = c.s.data();
+        c.x[990 * 40 + 3] = INFINITY;
+        c.x[601 * 40 + 39] = std::nanf("");
+        c.x[700 * 40] = -INFINITY;
+      },
+      "x[601, 39]=nan is not finite");
   expect_error([](QuantizeCall& c) { c.qp = const_cast<float*>(c.x.data() + 3); },
                "codes overlaps x");
   expect_error([](QuantizeCall& c) { c.sp = reinterpret_cast<float*>(c.q.data() + 64); },

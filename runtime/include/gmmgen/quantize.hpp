@@ -32,6 +32,10 @@
 //     zero is kept.
 // The decoded value is x̂ = codes::decode(dtype, code) * s (dequantize, in f32).
 //
+// The quantizers run on a pool of their own ($GMMGEN_NUM_THREADS threads, else one per core),
+// except on inputs of fewer than 32768 elements or when called from a Runtime's own threads; the
+// split never changes a bit of the result.
+//
 // Every function validates all of its arguments, x's values included (non-finite values are an
 // error naming the first bad index), before it writes anything, and throws InvalidArgument
 // (gmmgen/errors.hpp) naming the parameter and the rule.

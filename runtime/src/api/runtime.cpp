@@ -45,23 +45,6 @@ bool env_flag(const char* name) {
                         " must be 1, true, yes, on or 0, false, no, off");
 }
 
-int env_threads() {
-  if (const char* v = std::getenv("GMMGEN_NUM_THREADS"); v && *v) {
-    // Digits only: strtol alone would take " 4" or "+4".
-    const std::string_view s(v);
-    char* end = nullptr;
-    const long n = s.find_first_not_of("0123456789") == std::string_view::npos && s.size() <= 4
-                       ? std::strtol(v, &end, 10)
-                       : 0;
-    if (n < 1 || n > 4096)
-      throw InvalidArgument("GMMGEN_NUM_THREADS=" + quote_value(v) +
-                            " must be a whole number in [1, 4096] (digits only; unset or empty: "
-                            "every core)");
-    return int(n);
-  }
-  return std::max(1u, std::thread::hardware_concurrency());
-}
-
 // Runtimes that print their statistics line at exit: each prints it once, when destroyed or,
 // if still alive then (a global, a handle never freed), from an atexit handler. Never destroyed,
 // since a runtime may be destroyed during static destruction after the handler ran.
@@ -140,7 +123,7 @@ struct Runtime::Impl final : ExitReport {
         level(o.log_level ? *o.log_level
               : o.log     ? (*o.log ? LogLevel::kInfo : LogLevel::kWarn)
                           : log_level_from_env()),
-        pool(o.num_threads > 0 ? o.num_threads : env_threads()),
+        pool(o.num_threads > 0 ? o.num_threads : default_threads()),
         cache_dir(o.cache_dir.empty() ? DiskCache::default_root() : o.cache_dir),
         jit(cache_dir, [this](JitCache::Level l, const std::string& m) {
           say(l == JitCache::Level::kWarn   ? LogLevel::kWarn

@@ -1,8 +1,49 @@
 #include "exec/thread_pool.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <string_view>
+
+#include "gmmgen/errors.hpp"
+#include "gmmgen/spec.h"
 
 namespace gmmgen {
+namespace {
+
+// Whether this thread is running a chunk of a pool's job: a parallel_for it calls then runs inline
+// (a quantizer called from a kernel's work item must not start a second crew of threads).
+thread_local int t_in_chunk = 0;
+
+struct InChunk {
+  InChunk() { ++t_in_chunk; }
+  ~InChunk() { --t_in_chunk; }
+  InChunk(const InChunk&) = delete;
+  InChunk& operator=(const InChunk&) = delete;
+};
+
+}  // namespace
+
+int default_threads() {
+  if (const char* v = std::getenv("GMMGEN_NUM_THREADS"); v && *v) {
+    // Digits only: strtol alone would take " 4" or "+4".
+    const std::string_view s(v);
+    char* end = nullptr;
+    const long n = s.find_first_not_of("0123456789") == std::string_view::npos && s.size() <= 4
+                       ? std::strtol(v, &end, 10)
+                       : 0;
+    if (n < 1 || n > 4096)
+      throw InvalidArgument("GMMGEN_NUM_THREADS=" + quote_value(v) +
+                            " must be a whole number in [1, 4096] (digits only; unset or empty: "
+                            "every core)");
+    return int(n);
+  }
+  return int(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+ThreadPool& process_pool() {
+  static ThreadPool pool(default_threads());
+  return pool;
+}
 
 ThreadPool::ThreadPool(int threads) {
   for (int i = 1; i < std::max(threads, 1); ++i) workers_.emplace_back([this] { worker_loop(); });
@@ -21,6 +62,7 @@ ThreadPool::~ThreadPool() {
 // grabs are large (little atomic traffic) and the last ones single items: work whose items differ
 // in cost (a skewed group holds most rows) still ends on all threads at once.
 void ThreadPool::run_chunks() {
+  const InChunk in_chunk;
   const int64_t divisor = 2 * int64_t(size());
   for (int64_t begin = next_.load(std::memory_order_relaxed);;) {
     const int64_t left = count_ - begin;
@@ -50,8 +92,14 @@ void ThreadPool::worker_loop() {
 
 void ThreadPool::parallel_for(int64_t count, const std::function<void(int64_t, int64_t)>& fn) {
   if (count <= 0) return;
+  if (workers_.empty() || count == 1 || t_in_chunk > 0) {
+    const InChunk in_chunk;
+    fn(0, count);
+    return;
+  }
   std::unique_lock<std::mutex> job(job_mutex_, std::try_to_lock);
-  if (workers_.empty() || count == 1 || !job.owns_lock()) {
+  if (!job.owns_lock()) {
+    const InChunk in_chunk;
     fn(0, count);
     return;
   }

@@ -1,4 +1,5 @@
-// A fixed pool of worker threads running independent work items (a kernel's grid steps).
+// A fixed pool of worker threads running independent work items (a kernel's grid steps, rows of
+// a quantizer's input).
 #pragma once
 
 #include <atomic>
@@ -22,8 +23,9 @@ class ThreadPool {
   int size() const { return int(workers_.size()) + 1; }
 
   // Runs fn(begin, end) over [0, count) in chunks, on the workers and the calling thread, and
-  // returns when all chunks are done. If another job holds the pool, the caller runs every chunk
-  // itself. The split never changes results: items are independent by contract.
+  // returns when all chunks are done. If another job holds the pool, or the caller is itself
+  // running a chunk of some pool's job (a nested call), the caller runs every chunk itself. The
+  // split never changes results: items are independent by contract.
   void parallel_for(int64_t count, const std::function<void(int64_t, int64_t)>& fn);
 
  private:
@@ -42,5 +44,13 @@ class ThreadPool {
   std::atomic<int64_t> next_{0};
   int active_ = 0;  // workers still inside the current job
 };
+
+// $GMMGEN_NUM_THREADS, else every core: the threads of a Runtime not told otherwise. Throws
+// InvalidArgument unless the variable is unset, empty or a whole number in [1, 4096].
+int default_threads();
+
+// The pool of work outside any Runtime (the quantizers of gmmgen/quantize.hpp): default_threads()
+// threads, started on first use.
+ThreadPool& process_pool();
 
 }  // namespace gmmgen

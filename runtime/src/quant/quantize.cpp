@@ -1,13 +1,18 @@
 // The quantizers: validation first (arguments, then x's values), then one pass over x per
-// panel of whole scale blocks, small enough to stay in cache between its amax and its encoding.
+// panel of whole scale blocks, small enough to stay in cache between its amax and its encoding;
+// panels split over the process pool, their inner loops in vector code (quant/vector_runs.h).
 #include "gmmgen/quantize.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <charconv>
 #include <cmath>
 #include <cstring>
+#include <exception>
+#include <functional>
 #include <initializer_list>
 #include <limits>
+#include <mutex>
 #include <type_traits>
 #include <vector>
 
@@ -24,9 +29,11 @@
 #endif
 #endif
 
+#include "exec/thread_pool.h"
 #include "gmmgen/codes.h"
 #include "gmmgen/heuristics.h"
 #include "gmmgen/platform.hpp"
+#include "quant/vector_runs.h"
 
 namespace gmmgen {
 namespace {
@@ -338,17 +345,23 @@ void check_disjoint(std::initializer_list<Region> regions) {
     }
 }
 
-// Non-finite values are found row by row with a branch-free scan, then located.
+void for_items(int64_t count, int64_t elements, const std::function<void(int64_t, int64_t)>& fn);
+
+// Non-finite values are found row by row with a vector scan (rows split over the pool), then the
+// first is located.
 void check_finite(const float* x, int64_t rows, int64_t cols, int64_t ld) {
-  for (int64_t r = 0; r < rows; ++r) {
+  std::atomic<int64_t> first_bad{rows};
+  for_items(rows, rows * cols, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1 && r < first_bad.load(std::memory_order_relaxed); ++r)
+      if (quant_runs::any_not_finite(x + r * ld, cols)) {
+        for (int64_t seen = first_bad.load();
+             r < seen && !first_bad.compare_exchange_weak(seen, r);) {
+        }
+        return;
+      }
+  });
+  for (int64_t r = first_bad.load(); r < rows; ++r) {
     const float* row = x + r * ld;
-    bool bad = false;
-    for (int64_t c = 0; c < cols; ++c) {
-      uint32_t u;
-      std::memcpy(&u, row + c, 4);
-      bad |= (u & 0x7f800000u) == 0x7f800000u;
-    }
-    if (!bad) continue;
     for (int64_t c = 0; c < cols; ++c)
       if (!std::isfinite(row[c]))
         fail("x[" + std::to_string(r) + ", " + std::to_string(c) + "]=" + num(row[c]) +
@@ -489,114 +502,202 @@ GMMGEN_AVX512_TARGET int64_t encode_fp8_run(const Codec& k, const Source& src, c
 
 // The codes of row[c0, c1): encode<D>(value(row[c]) / s), s = scales[c - c0] when per_column,
 // else scales[0]; fp8 eight at a time where the CPU has AVX-512.
+// Bits per code of a quantized dtype, at compile time (bits_of is a table lookup).
+template <DType D>
+constexpr int code_bits() {
+  return D == DType::kI4 || D == DType::kNF4 ? 4 : D == DType::kT2 ? 2 : 8;
+}
+
+// The codes of row[c0, c1): encode<D>(value(row[c]) / s), s = scales[(c - c0) / every], every
+// being 1 (a scale per column), a block length (a multiple of 16) or kOneScale; i8 and i4 in vector
+// code, fp8 eight at a time where the CPU has AVX-512.
+constexpr int64_t kOneScale = quant_runs::kOneScale;
+
 template <DType D>
 void encode_run(const Codec& k, const Source& src, const float* row, int64_t c0, int64_t c1,
-                const float* scales, bool per_column, uint8_t* crow) {
+                const float* scales, int64_t every, uint8_t* crow) {
+  constexpr int kBits = code_bits<D>();
   int64_t c = c0;
+  // An i4 run starting mid-byte (never: blocks and panels are even) is scalar.
+  if constexpr (D == DType::kI8 || D == DType::kI4) {
+    if (D == DType::kI8 || c0 % 2 == 0) {
+      quant_runs::IntRun r;
+      r.bits = kBits, r.qmax = k.qmax;
+      r.fixed = src.cal.kind == Calibration::Kind::kFixed, r.lo = src.cal.lo, r.hi = src.cal.hi;
+      c += quant_runs::encode_int(r, row + c0, scales, every, c1 - c0, crow + c0 * kBits / 8);
+    }
+  }
 #ifdef GMMGEN_QUANT_X8
   if constexpr (D == DType::kF8E4M3 || D == DType::kF8E5M2) {
     static const bool x8 = host_supports(Isa::kAvx512);
-    if (x8) c += encode_fp8_run(k, src, row + c0, scales, per_column, c1 - c0, crow + c0);
+    if (!x8 && quant_runs::has_fp8_runs() && src.cal.kind == Calibration::Kind::kAbsmax) {
+      const quant_runs::Fp8Format f{k.precision, k.emin, float(k.max), float(k.half_min_subnormal)};
+      // Eight at a time; a group holding a tie of the f32 quotient is encoded here, in f64.
+      for (;;) {
+        c = c0 + quant_runs::encode_fp8(f, row + c0, scales, every, c - c0, c1 - c0, crow + c0);
+        if (c + 8 > c1) break;
+        for (const int64_t e = c + 8; c < e; ++c)
+          crow[c] = encode<D>(k, double(row[c]) / scales[(c - c0) / every]);
+      }
+    } else if (x8 && (every == 1 || every >= c1 - c0)) {
+      c += encode_fp8_run(k, src, row + c0, scales, every == 1, c1 - c0, crow + c0);
+    } else if (x8) {  // blocks: each but the last is whole
+      for (int64_t b = 0; b * every < c1 - c0; ++b) {
+        const int64_t cb = c0 + b * every, n = std::min(every, c1 - cb);
+        const int64_t done = encode_fp8_run(k, src, row + cb, &scales[b], false, n, crow + cb);
+        for (int64_t i = cb + done; i < cb + n; ++i)
+          crow[i] = encode<D>(k, src.value(row[i]) / double(scales[b]));
+      }
+      return;
+    }
   }
 #endif
   for (; c < c1; ++c) {
-    const double s = per_column ? scales[c - c0] : scales[0];
-    codes::set_code(crow, c, bits_of(D), encode<D>(k, src.value(row[c]) / s));
+    const double s = scales[(c - c0) / every];
+    codes::set_code(crow, c, kBits, encode<D>(k, src.value(row[c]) / s));
   }
+}
+
+// The run length of a panel's scales: 1 per column, else its blocks' length rounded up to 16 (a
+// block length is a power of two >= 16; a longer "block" is the whole row).
+int64_t scale_run(int64_t bc) {
+  return bc == 1 ? 1 : (bc + 15) / 16 * 16;
+}
+
+// Inputs of fewer elements are quantized on the calling thread: waking the pool costs more.
+constexpr int64_t kParallelElements = int64_t(1) << 15;
+
+// fn(begin, end) over [0, count) items of `elements` elements in all: on the process pool when
+// that pays, else here. Every item writes codes and scales of its own only, so the split never
+// changes a bit of the result. An exception (only std::bad_alloc can reach here) is rethrown on
+// the calling thread.
+void for_items(int64_t count, int64_t elements, const std::function<void(int64_t, int64_t)>& fn) {
+  if (elements < kParallelElements) return fn(0, count);
+  std::exception_ptr failed;
+  std::mutex mutex;
+  process_pool().parallel_for(count, [&](int64_t begin, int64_t end) {
+    try {
+      fn(begin, end);
+    } catch (...) {
+      const std::lock_guard<std::mutex> lock(mutex);
+      if (!failed) failed = std::current_exception();
+    }
+  });
+  if (failed) std::rethrow_exception(failed);
+}
+
+// Panel (bi, chunk cj): rows of block row bi, `chunk` block columns from cj * chunk; s is the
+// caller's scratch of `chunk` floats.
+template <DType D>
+void quantize_panel(const Source& src, const Codec& k, const Output& out, int64_t chunk, int64_t bi,
+                    int64_t cj, float* s) {
+  const Layout& l = out.layout;
+  const bool scaled = out.scales != nullptr;
+  const int64_t r0 = bi * l.br, r1 = std::min(src.rows, r0 + l.br);
+  const int64_t bj0 = cj * chunk, nb = std::min(chunk, l.grid_cols - bj0);
+  const int64_t c0 = bj0 * l.bc, c1 = std::min(src.cols, (bj0 + nb) * l.bc);
+  if (!scaled) {
+    std::fill(s, s + nb, 1.0f);
+  } else if (src.cal.kind == Calibration::Kind::kFixed) {
+    std::fill(s, s + nb, src.fixed_scale);
+  } else {
+    std::fill(s, s + nb, 0.0f);
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* row = src.x + r * src.ld;
+      if (l.bc == 1)  // one scale per column (Bx1 blocks, channel along rows)
+        quant_runs::amax_columns(s, row + c0, c1 - c0);
+      else
+        quant_runs::amax_blocks(row + c0, c1 - c0, l.bc, s);
+    }
+    for (int64_t b = 0; b < nb; ++b) s[b] = absmax_scale(s[b], k.qmax);
+  }
+  if (scaled)
+    for (int64_t b = 0; b < nb; ++b) out.scales[l.index(bi, bj0 + b)] = s[b];
+  for (int64_t r = r0; r < r1; ++r)
+    encode_run<D>(k, src, src.x + r * src.ld, c0, c1, s, scale_run(l.bc),
+                  out.codes + r * out.code_stride);
+}
+
+// One block covering every row and column (tensor scales): its amax over row ranges, then its rows
+// encoded, both split over the pool.
+template <DType D>
+void quantize_one_block(const Source& src, const Codec& k, const Output& out) {
+  float scale = src.fixed_scale;
+  const int64_t elements = src.rows * src.cols;
+  if (src.cal.kind == Calibration::Kind::kAbsmax) {
+    std::mutex mutex;
+    float amax = 0.0f;
+    for_items(src.rows, elements, [&](int64_t r0, int64_t r1) {
+      float a = 0.0f;
+      for (int64_t r = r0; r < r1; ++r) a = quant_runs::amax(src.x + r * src.ld, src.cols, a);
+      const std::lock_guard<std::mutex> lock(mutex);
+      amax = std::max(amax, a);
+    });
+    scale = absmax_scale(amax, k.qmax);
+  }
+  out.scales[out.layout.index(0, 0)] = scale;
+  for_items(src.rows, elements, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r)
+      encode_run<D>(k, src, src.x + r * src.ld, 0, src.cols, &scale, kOneScale,
+                    out.codes + r * out.code_stride);
+  });
 }
 
 template <DType D>
 void quantize_panels(const Source& src, const Codec& k, const Output& out) {
   const Layout& l = out.layout;
-  const bool scaled = out.scales != nullptr;
+  if (out.scales && l.grid_rows == 1 && l.grid_cols == 1) return quantize_one_block<D>(src, k, out);
   const int64_t chunk = std::min(l.grid_cols, std::max<int64_t>(1, kPanelCols / l.bc));
-  std::vector<float> s(static_cast<size_t>(chunk));
-  for (int64_t bi = 0; bi < l.grid_rows; ++bi) {
-    const int64_t r0 = bi * l.br, r1 = std::min(src.rows, r0 + l.br);
-    for (int64_t bj0 = 0; bj0 < l.grid_cols; bj0 += chunk) {
-      const int64_t nb = std::min(chunk, l.grid_cols - bj0);
-      const int64_t c0 = bj0 * l.bc, c1 = std::min(src.cols, (bj0 + nb) * l.bc);
-      if (!scaled) {
-        std::fill(s.begin(), s.begin() + nb, 1.0f);
-      } else if (src.cal.kind == Calibration::Kind::kFixed) {
-        std::fill(s.begin(), s.begin() + nb, src.fixed_scale);
-      } else {
-        std::fill(s.begin(), s.begin() + nb, 0.0f);
-        for (int64_t r = r0; r < r1; ++r) {
-          const float* row = src.x + r * src.ld;
-          if (l.bc == 1) {  // one scale per column (Bx1 blocks, channel along rows)
-            for (int64_t c = c0; c < c1; ++c) s[c - c0] = std::max(s[c - c0], std::fabs(row[c]));
-            continue;
-          }
-          for (int64_t b = 0; b < nb; ++b) {
-            float a = s[b];
-            for (int64_t c = c0 + b * l.bc, ce = std::min(c + l.bc, c1); c < ce; ++c)
-              a = std::max(a, std::fabs(row[c]));
-            s[b] = a;
-          }
-        }
-        for (int64_t b = 0; b < nb; ++b) s[b] = absmax_scale(s[b], k.qmax);
-      }
-      if (scaled)
-        for (int64_t b = 0; b < nb; ++b) out.scales[l.index(bi, bj0 + b)] = s[b];
-      for (int64_t r = r0; r < r1; ++r) {
-        const float* row = src.x + r * src.ld;
-        uint8_t* crow = out.codes + r * out.code_stride;
-        if (l.bc == 1) {
-          encode_run<D>(k, src, row, c0, c1, s.data(), true, crow);
-          continue;
-        }
-        for (int64_t b = 0; b < nb; ++b) {
-          const int64_t cb = c0 + b * l.bc;
-          encode_run<D>(k, src, row, cb, std::min(cb + l.bc, c1), &s[size_t(b)], false, crow);
-        }
-      }
-    }
-  }
+  const int64_t chunks = ceil_div(l.grid_cols, chunk);
+  for_items(l.grid_rows * chunks, src.rows * src.cols, [&](int64_t i0, int64_t i1) {
+    std::vector<float> s(static_cast<size_t>(chunk));
+    for (int64_t i = i0; i < i1; ++i)
+      quantize_panel<D>(src, k, out, chunk, i / chunks, i % chunks, s.data());
+  });
 }
 
 // Both quantizations of every BxB tile from one read of it: the tile's row amaxes are whole
 // 1xB blocks and its column amaxes whole Bx1 blocks, so the tile is encoded twice while it is
-// in cache. The arithmetic is quantize_panels' (same amax, scale and code functions).
+// in cache. The arithmetic is quantize_panels' (same amax, scale and code functions). Rows of
+// tiles are split over the pool.
 template <DType D>
 void quantize_tiles(const Source& src, const Codec& k, int64_t block, const Output& rows_out,
                     const Output& cols_out) {
   const bool fixed = src.cal.kind == Calibration::Kind::kFixed;
-  std::vector<float> rs(static_cast<size_t>(block)), cs(static_cast<size_t>(block));
-  for (int64_t bi = 0; bi * block < src.rows; ++bi) {
-    const int64_t r0 = bi * block, r1 = std::min(src.rows, r0 + block);
-    for (int64_t bj = 0; bj * block < src.cols; ++bj) {
-      const int64_t c0 = bj * block, c1 = std::min(src.cols, c0 + block);
-      const int64_t nr = r1 - r0, nc = c1 - c0;
-      if (fixed) {
-        std::fill(rs.begin(), rs.begin() + nr, src.fixed_scale);
-        std::fill(cs.begin(), cs.begin() + nc, src.fixed_scale);
-      } else {
-        std::fill(cs.begin(), cs.begin() + nc, 0.0f);
-        for (int64_t r = r0; r < r1; ++r) {
-          const float* row = src.x + r * src.ld + c0;
-          float ra = 0.0f;
-          for (int64_t c = 0; c < nc; ++c) {
-            const float a = std::fabs(row[c]);
-            ra = std::max(ra, a);
-            cs[c] = std::max(cs[c], a);
+  for_items(ceil_div(src.rows, block), src.rows * src.cols, [&](int64_t bi0, int64_t bi1) {
+    std::vector<float> rs(static_cast<size_t>(block)), cs(static_cast<size_t>(block));
+    for (int64_t bi = bi0; bi < bi1; ++bi) {
+      const int64_t r0 = bi * block, r1 = std::min(src.rows, r0 + block);
+      for (int64_t bj = 0; bj * block < src.cols; ++bj) {
+        const int64_t c0 = bj * block, c1 = std::min(src.cols, c0 + block);
+        const int64_t nr = r1 - r0, nc = c1 - c0;
+        if (fixed) {
+          std::fill(rs.begin(), rs.begin() + nr, src.fixed_scale);
+          std::fill(cs.begin(), cs.begin() + nc, src.fixed_scale);
+        } else {
+          std::fill(cs.begin(), cs.begin() + nc, 0.0f);
+          for (int64_t r = r0; r < r1; ++r) {
+            const float* row = src.x + r * src.ld + c0;
+            rs[r - r0] = quant_runs::amax(row, nc, 0.0f);
+            quant_runs::amax_columns(cs.data(), row, nc);
           }
-          rs[r - r0] = ra;
+          for (int64_t i = 0; i < nr; ++i) rs[i] = absmax_scale(rs[i], k.qmax);
+          for (int64_t i = 0; i < nc; ++i) cs[i] = absmax_scale(cs[i], k.qmax);
         }
-        for (int64_t i = 0; i < nr; ++i) rs[i] = absmax_scale(rs[i], k.qmax);
-        for (int64_t i = 0; i < nc; ++i) cs[i] = absmax_scale(cs[i], k.qmax);
-      }
-      for (int64_t r = r0; r < r1; ++r) rows_out.scales[rows_out.layout.index(r, bj)] = rs[r - r0];
-      for (int64_t c = c0; c < c1; ++c) cols_out.scales[cols_out.layout.index(bi, c)] = cs[c - c0];
-      for (int64_t r = r0; r < r1; ++r) {
-        const float* row = src.x + r * src.ld;
-        uint8_t* rcodes = rows_out.codes + r * rows_out.code_stride;
-        uint8_t* ccodes = cols_out.codes + r * cols_out.code_stride;
-        encode_run<D>(k, src, row, c0, c1, &rs[size_t(r - r0)], false, rcodes);
-        encode_run<D>(k, src, row, c0, c1, cs.data(), true, ccodes);
+        for (int64_t r = r0; r < r1; ++r)
+          rows_out.scales[rows_out.layout.index(r, bj)] = rs[r - r0];
+        for (int64_t c = c0; c < c1; ++c)
+          cols_out.scales[cols_out.layout.index(bi, c)] = cs[c - c0];
+        for (int64_t r = r0; r < r1; ++r) {
+          const float* row = src.x + r * src.ld;
+          uint8_t* rcodes = rows_out.codes + r * rows_out.code_stride;
+          uint8_t* ccodes = cols_out.codes + r * cols_out.code_stride;
+          encode_run<D>(k, src, row, c0, c1, &rs[size_t(r - r0)], kOneScale, rcodes);
+          encode_run<D>(k, src, row, c0, c1, cs.data(), 1, ccodes);
+        }
       }
     }
-  }
+  });
 }
 
 Source make_source(const float* x, int64_t rows, int64_t cols, int64_t ld, const Calibration& c,

@@ -1,0 +1,353 @@
+#include "quant/vector_runs.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "gmmgen/platform.hpp"
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+// GCC 12 warns of "'__Y' may be used uninitialized" inside its own AVX-512 intrinsics (the
+// _mm512_undefined_* idiom, GCC bug 105593): silenced for that header only.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+#include <immintrin.h>
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+#define GMMGEN_QUANT_RUNS_X86 1
+#define GMMGEN_RUNS_AVX2 __attribute__((target("avx2,fma")))
+#define GMMGEN_RUNS_AVX512 __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl")))
+#endif
+
+namespace gmmgen::quant_runs {
+namespace {
+
+enum class Level { kScalar, kAvx2, kAvx512 };
+
+Level level() {
+  static const Level l = host_supports(Isa::kAvx512) ? Level::kAvx512
+                         : host_supports(Isa::kAvx2) ? Level::kAvx2
+                                                     : Level::kScalar;
+  return l;
+}
+
+#ifdef GMMGEN_QUANT_RUNS_X86
+
+// ---- AVX2: 8 floats, 4 doubles per register ---------------------------------------------------
+
+GMMGEN_RUNS_AVX2 inline __m256 abs8(__m256 v) {
+  return _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)));
+}
+
+GMMGEN_RUNS_AVX2 float hmax8(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+  return _mm_cvtss_f32(m);
+}
+
+GMMGEN_RUNS_AVX2 int64_t not_finite_avx2(const float* x, int64_t n, bool& bad) {
+  const __m256i exp = _mm256_set1_epi32(0x7f800000);
+  __m256i any = _mm256_setzero_si256();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256i u = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i));
+    any = _mm256_or_si256(any, _mm256_cmpeq_epi32(_mm256_and_si256(u, exp), exp));
+  }
+  bad = !_mm256_testz_si256(any, any);
+  return i;
+}
+
+GMMGEN_RUNS_AVX2 int64_t amax_avx2(const float* x, int64_t n, float& m) {
+  __m256 a = _mm256_set1_ps(m), b = a;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    a = _mm256_max_ps(a, abs8(_mm256_loadu_ps(x + i)));
+    b = _mm256_max_ps(b, abs8(_mm256_loadu_ps(x + i + 8)));
+  }
+  for (; i + 8 <= n; i += 8) a = _mm256_max_ps(a, abs8(_mm256_loadu_ps(x + i)));
+  m = hmax8(_mm256_max_ps(a, b));
+  return i;
+}
+
+GMMGEN_RUNS_AVX2 int64_t amax_columns_avx2(float* s, const float* x, int64_t n) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(s + i, _mm256_max_ps(_mm256_loadu_ps(s + i), abs8(_mm256_loadu_ps(x + i))));
+  return i;
+}
+
+// The codes of 4 values as 4 int32: value, quotient, clamp, round to nearest even.
+GMMGEN_RUNS_AVX2 inline __m128i codes4(const IntRun& r, __m128 x, __m256d s) {
+  __m256d v = _mm256_cvtps_pd(x);
+  if (r.fixed) v = _mm256_min_pd(_mm256_max_pd(v, _mm256_set1_pd(r.lo)), _mm256_set1_pd(r.hi));
+  v = _mm256_div_pd(v, s);
+  const __m256d q = _mm256_set1_pd(r.qmax);
+  v = _mm256_min_pd(_mm256_max_pd(v, _mm256_sub_pd(_mm256_setzero_pd(), q)), q);
+  return _mm256_cvtpd_epi32(_mm256_round_pd(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+// 16 int8 codes (in [-qmax, qmax]) -> 8 bytes of nibble pairs, the first code in the low nibble.
+inline __m128i nibbles(__m128i b) {
+  const __m128i lo = _mm_and_si128(b, _mm_set1_epi16(0x000f));
+  const __m128i hi = _mm_srli_epi16(_mm_and_si128(b, _mm_set1_epi16(0x0f00)), 4);
+  return _mm_packus_epi16(_mm_or_si128(lo, hi), _mm_setzero_si128());
+}
+
+// The rounded quotients of 8 values in f32 (absmax calibration: x and s are f32), and whether
+// one of them is a tie. The f32 quotient lies on the same side of every half-integer as the exact
+// one (those up to 128 are f32 values, and rounding is monotonic) unless it lands on one; only
+// then can its rounding differ, and the caller takes the f64 path instead.
+GMMGEN_RUNS_AVX2 inline __m256 rounded8(const IntRun& r, __m256 x, __m256 s, __m256& tie) {
+  const __m256 q = _mm256_set1_ps(float(r.qmax));
+  const __m256 v =
+      _mm256_min_ps(_mm256_max_ps(_mm256_div_ps(x, s), _mm256_sub_ps(_mm256_setzero_ps(), q)), q);
+  const __m256 rounded = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  tie = _mm256_or_ps(
+      tie, _mm256_cmp_ps(abs8(_mm256_sub_ps(v, rounded)), _mm256_set1_ps(0.5f), _CMP_EQ_OQ));
+  return rounded;
+}
+
+GMMGEN_RUNS_AVX2 int64_t encode_int_avx2(const IntRun& r, const float* x, const float* scales,
+                                         int64_t every, int64_t n, uint8_t* codes) {
+  const bool per_column = every == 1;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const float sc = per_column ? 0.0f : scales[i / every];
+    const __m256d s1 = _mm256_set1_pd(double(sc));
+    const __m256 s8 = _mm256_set1_ps(sc);
+    __m128i b;
+    __m256 tie = _mm256_setzero_ps();
+    if (!r.fixed) {
+      const __m256 q0 =
+          rounded8(r, _mm256_loadu_ps(x + i), per_column ? _mm256_loadu_ps(scales + i) : s8, tie);
+      const __m256 q1 = rounded8(r, _mm256_loadu_ps(x + i + 8),
+                                 per_column ? _mm256_loadu_ps(scales + i + 8) : s8, tie);
+      const __m256i w = _mm256_permute4x64_epi64(
+          _mm256_packs_epi32(_mm256_cvtps_epi32(q0), _mm256_cvtps_epi32(q1)), 0xd8);
+      b = _mm_packs_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
+    }
+    if (r.fixed || _mm256_movemask_ps(tie)) {
+      __m128i c[4];
+      for (int j = 0; j < 4; ++j) {
+        const int64_t at = i + 4 * j;
+        c[j] = codes4(r, _mm_loadu_ps(x + at),
+                      per_column ? _mm256_cvtps_pd(_mm_loadu_ps(scales + at)) : s1);
+      }
+      b = _mm_packs_epi16(_mm_packs_epi32(c[0], c[1]), _mm_packs_epi32(c[2], c[3]));
+    }
+    if (r.bits == 8)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i), b);
+    else
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + i / 2), nibbles(b));
+  }
+  return i;
+}
+
+GMMGEN_RUNS_AVX2 int64_t encode_fp8_avx2(const Fp8Format& f, const float* x, const float* scales,
+                                         int64_t every, int64_t i, int64_t n, uint8_t* codes) {
+  const __m256i one = _mm256_set1_epi32(1), emin = _mm256_set1_epi32(f.emin);
+  const int frac = f.precision - 1;  // stored significand bits
+  const __m256i implicit = _mm256_set1_epi32(1 << frac), full = _mm256_set1_epi32(1 << f.precision);
+  const __m256 max = _mm256_set1_ps(f.max), half_min = _mm256_set1_ps(f.half_min_subnormal);
+  for (; i + 8 <= n; i += 8) {
+    const __m256 s = every == 1 ? _mm256_loadu_ps(scales + i) : _mm256_set1_ps(scales[i / every]);
+    const __m256 q = _mm256_div_ps(_mm256_loadu_ps(x + i), s);
+    const __m256i sign =
+        _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(q), 24), _mm256_set1_epi32(0x80));
+    const __m256 a = _mm256_min_ps(abs8(q), max);
+    const __m256 nonzero = _mm256_cmp_ps(a, half_min, _CMP_GT_OQ);
+    const __m256i u = _mm256_castps_si256(a);
+    const __m256i exp = _mm256_sub_epi32(_mm256_srli_epi32(u, 23), _mm256_set1_epi32(127));
+    const __m256i sig = _mm256_or_si256(_mm256_and_si256(u, _mm256_set1_epi32((1 << 23) - 1)),
+                                        _mm256_set1_epi32(1 << 23));
+    __m256i e = _mm256_max_epi32(exp, emin);
+    // Lanes that round to zero may shift by 32 or more: their shifts give 0, unused.
+    const __m256i shift = _mm256_add_epi32(_mm256_set1_epi32(23 - frac), _mm256_sub_epi32(e, exp));
+    __m256i m = _mm256_srlv_epi32(sig, shift);
+    const __m256i rest =
+        _mm256_and_si256(sig, _mm256_sub_epi32(_mm256_sllv_epi32(one, shift), one));
+    const __m256i half = _mm256_sllv_epi32(one, _mm256_sub_epi32(shift, one));
+    const __m256 tie =
+        _mm256_or_ps(_mm256_and_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(rest, half)), nonzero),
+                     _mm256_cmp_ps(a, half_min, _CMP_EQ_OQ));
+    if (_mm256_movemask_ps(tie)) return i;
+    m = _mm256_sub_epi32(m, _mm256_cmpgt_epi32(rest, half));  // round up: the mask is -1
+    const __m256i carry = _mm256_cmpeq_epi32(m, full);        // rounded up into the next binade
+    m = _mm256_blendv_epi8(m, _mm256_srli_epi32(m, 1), carry);
+    e = _mm256_sub_epi32(e, carry);
+    const __m256i biased = _mm256_add_epi32(_mm256_sub_epi32(e, emin), one);
+    const __m256i normal = _mm256_or_si256(_mm256_sllv_epi32(biased, _mm256_set1_epi32(frac)),
+                                           _mm256_sub_epi32(m, implicit));
+    __m256i code = _mm256_blendv_epi8(normal, m, _mm256_cmpgt_epi32(implicit, m));  // subnormal
+    code = _mm256_or_si256(_mm256_and_si256(code, _mm256_castps_si256(nonzero)), sign);
+    const __m128i w =
+        _mm_packus_epi32(_mm256_castsi256_si128(code), _mm256_extracti128_si256(code, 1));
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + i), _mm_packus_epi16(w, w));
+  }
+  return i;
+}
+
+// ---- AVX-512: 16 floats, 8 doubles per register -----------------------------------------------
+// (GCC bug 105593 again: its _mm512_undefined_* idiom warns where the intrinsics are inlined.)
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
+
+GMMGEN_RUNS_AVX512 int64_t not_finite_avx512(const float* x, int64_t n, bool& bad) {
+  const __m512i exp = _mm512_set1_epi32(0x7f800000);
+  __mmask16 any = 0;
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    any |= _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_loadu_si512(x + i), exp), exp);
+  bad = any != 0;
+  return i;
+}
+
+GMMGEN_RUNS_AVX512 int64_t amax_avx512(const float* x, int64_t n, float& m) {
+  __m512 a = _mm512_set1_ps(m), b = a;
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    a = _mm512_max_ps(a, _mm512_abs_ps(_mm512_loadu_ps(x + i)));
+    b = _mm512_max_ps(b, _mm512_abs_ps(_mm512_loadu_ps(x + i + 16)));
+  }
+  for (; i + 16 <= n; i += 16) a = _mm512_max_ps(a, _mm512_abs_ps(_mm512_loadu_ps(x + i)));
+  m = _mm512_reduce_max_ps(_mm512_max_ps(a, b));
+  return i;
+}
+
+GMMGEN_RUNS_AVX512 int64_t amax_columns_avx512(float* s, const float* x, int64_t n) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16)
+    _mm512_storeu_ps(s + i,
+                     _mm512_max_ps(_mm512_loadu_ps(s + i), _mm512_abs_ps(_mm512_loadu_ps(x + i))));
+  return i;
+}
+
+GMMGEN_RUNS_AVX512 inline __m256i codes8(const IntRun& r, __m256 x, __m512d s) {
+  __m512d v = _mm512_cvtps_pd(x);
+  if (r.fixed) v = _mm512_min_pd(_mm512_max_pd(v, _mm512_set1_pd(r.lo)), _mm512_set1_pd(r.hi));
+  v = _mm512_div_pd(v, s);
+  const __m512d q = _mm512_set1_pd(r.qmax);
+  v = _mm512_min_pd(_mm512_max_pd(v, _mm512_sub_pd(_mm512_setzero_pd(), q)), q);
+  return _mm512_cvtpd_epi32(_mm512_roundscale_pd(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+}
+
+GMMGEN_RUNS_AVX512 int64_t encode_int_avx512(const IntRun& r, const float* x, const float* scales,
+                                             int64_t every, int64_t n, uint8_t* codes) {
+  const bool per_column = every == 1;
+  const __m512 q = _mm512_set1_ps(float(r.qmax));
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const float sc = per_column ? 0.0f : scales[i / every];
+    const __m512d s1 = _mm512_set1_pd(double(sc));
+    const __m512 s16 = _mm512_set1_ps(sc);
+    __m512i c32;
+    __mmask16 tie = 0;
+    if (!r.fixed) {  // as rounded8: the f32 quotient unless one lands on a half-integer
+      const __m512 s = per_column ? _mm512_loadu_ps(scales + i) : s16;
+      const __m512 v = _mm512_min_ps(_mm512_max_ps(_mm512_div_ps(_mm512_loadu_ps(x + i), s),
+                                                   _mm512_sub_ps(_mm512_setzero_ps(), q)),
+                                     q);
+      const __m512 rounded = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      tie = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(v, rounded)), _mm512_set1_ps(0.5f),
+                               _CMP_EQ_OQ);
+      c32 = _mm512_cvtps_epi32(rounded);
+    }
+    if (r.fixed || tie) {
+      __m256i c[2];
+      for (int j = 0; j < 2; ++j) {
+        const int64_t at = i + 8 * j;
+        c[j] = codes8(r, _mm256_loadu_ps(x + at),
+                      per_column ? _mm512_cvtps_pd(_mm256_loadu_ps(scales + at)) : s1);
+      }
+      c32 = _mm512_inserti64x4(_mm512_castsi256_si512(c[0]), c[1], 1);
+    }
+    const __m128i b = _mm512_cvtepi32_epi8(c32);
+    if (r.bits == 8)
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i), b);
+    else
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + i / 2), nibbles(b));
+  }
+  return i;
+}
+
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC diagnostic pop
+#endif
+
+#endif  // GMMGEN_QUANT_RUNS_X86
+
+}  // namespace
+
+bool any_not_finite(const float* x, int64_t n) {
+  bool bad = false;
+  int64_t i = 0;
+#ifdef GMMGEN_QUANT_RUNS_X86
+  if (level() == Level::kAvx512)
+    i = not_finite_avx512(x, n, bad);
+  else if (level() == Level::kAvx2)
+    i = not_finite_avx2(x, n, bad);
+#endif
+  for (; i < n && !bad; ++i) bad = !std::isfinite(x[i]);
+  return bad;
+}
+
+float amax(const float* x, int64_t n, float init) {
+  float m = init;
+  int64_t i = 0;
+#ifdef GMMGEN_QUANT_RUNS_X86
+  if (level() == Level::kAvx512)
+    i = amax_avx512(x, n, m);
+  else if (level() == Level::kAvx2)
+    i = amax_avx2(x, n, m);
+#endif
+  for (; i < n; ++i) m = std::max(m, std::fabs(x[i]));
+  return m;
+}
+
+void amax_columns(float* s, const float* x, int64_t n) {
+  int64_t i = 0;
+#ifdef GMMGEN_QUANT_RUNS_X86
+  if (level() == Level::kAvx512)
+    i = amax_columns_avx512(s, x, n);
+  else if (level() == Level::kAvx2)
+    i = amax_columns_avx2(s, x, n);
+#endif
+  for (; i < n; ++i) s[i] = std::max(s[i], std::fabs(x[i]));
+}
+
+void amax_blocks(const float* x, int64_t n, int64_t block, float* s) {
+  for (int64_t b = 0; b * block < n; ++b)
+    s[b] = amax(x + b * block, std::min(block, n - b * block), s[b]);
+}
+
+bool has_fp8_runs() {
+  return level() != Level::kScalar;
+}
+
+int64_t encode_fp8(const Fp8Format& f, const float* x, const float* scales, int64_t every,
+                   int64_t begin, int64_t n, uint8_t* codes) {
+#ifdef GMMGEN_QUANT_RUNS_X86
+  if (level() != Level::kScalar) return encode_fp8_avx2(f, x, scales, every, begin, n, codes);
+#endif
+  (void)f, (void)x, (void)scales, (void)every, (void)n, (void)codes;
+  return begin;
+}
+
+int64_t encode_int(const IntRun& r, const float* x, const float* scales, int64_t every, int64_t n,
+                   uint8_t* codes) {
+#ifdef GMMGEN_QUANT_RUNS_X86
+  if (level() == Level::kAvx512) return encode_int_avx512(r, x, scales, every, n, codes);
+  if (level() == Level::kAvx2) return encode_int_avx2(r, x, scales, every, n, codes);
+#endif
+  (void)r, (void)x, (void)scales, (void)every, (void)n, (void)codes;
+  return 0;
+}
+
+}  // namespace gmmgen::quant_runs

@@ -1,0 +1,63 @@
+// The quantizers' inner loops over one run of a row, in the host's widest vector code (AVX-512 or
+// AVX2, chosen once at run time; scalar elsewhere). Each gives exactly what its scalar loop in
+// quantize.cpp gives: max is order-free, and the codes come from the same f64 quotient, clamp and
+// round-to-nearest-even.
+#pragma once
+
+#include <cstdint>
+
+namespace gmmgen::quant_runs {
+
+// Whether any of x[0, n) is inf or NaN.
+bool any_not_finite(const float* x, int64_t n);
+
+// max(init, |x[0]|, ..., |x[n-1]|); x finite.
+float amax(const float* x, int64_t n, float init);
+
+// s[i] = max(s[i], |x[i]|) for i in [0, n); x finite.
+void amax_columns(float* s, const float* x, int64_t n);
+
+// An integer code run: bits 8 (i8) or 4 (i4, two codes per byte, the first in the low nibble),
+// qmax its largest code; under fixed calibration x is clipped to [lo, hi] first.
+struct IntRun {
+  int bits = 8;
+  double qmax = 127;
+  bool fixed = false;
+  double lo = 0, hi = 0;
+};
+
+// s[b] = max(s[b], |x[i]| over block b), blocks of `block` elements from x[0] (the last may be
+// partial); x finite.
+void amax_blocks(const float* x, int64_t n, int64_t block, float* s);
+
+// A scale run longer than any row: one scale for the whole run.
+inline constexpr int64_t kOneScale = int64_t(1) << 60;
+
+// The codes of x[0, k) for the largest k <= n that the vector code covers (0 without vector
+// code; k a multiple of 16): code = round_even(clamp(value(x) / s, -qmax, qmax)) as in f64,
+// s = scales[i / every], every being 1, a multiple of 16 or kOneScale. `codes` points at the byte
+// of element 0 (element 0 starts a byte). Returns k; the caller encodes the rest.
+int64_t encode_int(const IntRun& r, const float* x, const float* scales, int64_t every, int64_t n,
+                   uint8_t* codes);
+
+// An fp8 format: significand bits with the implicit one, smallest normal exponent, largest value,
+// and half its smallest subnormal (at most that rounds to 0).
+struct Fp8Format {
+  int precision = 0, emin = 0;
+  float max = 0, half_min_subnormal = 0;
+};
+
+// Whether encode_fp8 has vector code on this host (AVX2).
+bool has_fp8_runs();
+
+// fp8 codes (one byte each) of x[i] / s, s = scales[i / every] as in encode_int, from i = begin,
+// eight at a time, under absmax calibration (x and s f32): the f32 quotient rounded to the format
+// on its bits, to nearest even, saturating at +-max, keeping the sign of zero. The f32 quotient
+// lies on the same side of every midpoint between fp8 values as the exact one (midpoints are f32
+// values) unless it lands on one; at such a group of eight it stops. Returns where it stopped
+// (begin plus a multiple of 8): if fewer than 8 elements are left there, it has encoded all it can,
+// else the caller encodes the next 8 (in f64) and may call again after them.
+int64_t encode_fp8(const Fp8Format& f, const float* x, const float* scales, int64_t every,
+                   int64_t begin, int64_t n, uint8_t* codes);
+
+}  // namespace gmmgen::quant_runs

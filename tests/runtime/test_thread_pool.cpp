@@ -1,0 +1,51 @@
+// The thread pool: every item once, on several threads, and nested calls kept on the calling
+// thread (a quantizer called from a kernel's work item must not start a second crew).
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <mutex>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "exec/thread_pool.h"
+
+namespace gmmgen {
+namespace {
+
+TEST(ThreadPool, RunsEveryItemOnce) {
+  ThreadPool pool(3);
+  std::vector<std::atomic<int>> seen(1000);
+  pool.parallel_for(1000, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) seen[size_t(i)].fetch_add(1);
+  });
+  for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(1, seen[i].load()) << "item " << i;
+}
+
+TEST(ThreadPool, NestedCallsRunOnTheCallingThread) {
+  ThreadPool outer(2), inner(2);
+  std::mutex mutex;
+  int nested_elsewhere = 0, nested_items = 0;
+  std::set<std::thread::id> outer_threads;
+  outer.parallel_for(64, [&](int64_t b, int64_t e) {
+    const std::thread::id me = std::this_thread::get_id();
+    for (int64_t i = b; i < e; ++i) {
+      // Slow enough items that both threads of `outer` take some.
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+      for (ThreadPool* p : {&inner, &outer, &process_pool()})
+        p->parallel_for(8, [&](int64_t ib, int64_t ie) {
+          const std::lock_guard<std::mutex> lock(mutex);
+          nested_items += int(ie - ib);
+          nested_elsewhere += std::this_thread::get_id() != me;
+        });
+    }
+    const std::lock_guard<std::mutex> lock(mutex);
+    outer_threads.insert(me);
+  });
+  EXPECT_EQ(64 * 3 * 8, nested_items);
+  EXPECT_EQ(0, nested_elsewhere);
+  EXPECT_EQ(2u, outer_threads.size());  // the outer call itself did use both threads
+}
+
+}  // namespace
+}  // namespace gmmgen
