@@ -455,6 +455,17 @@ nlohmann::ordered_json Row::to_json() const {
     j["float_gflops"] = float_gflops > 0 ? nlohmann::ordered_json(float_gflops) : nullptr;
     j["vs_float"] = ok && vs_float > 0 ? nlohmann::ordered_json(vs_float) : nullptr;
   }
+  if (end_to_end_ms > 0) {
+    j["quantize_ms"] = speed(quantize_ms);
+    j["quantize_gbs"] = speed(quantize_gbs);
+    j["quantize_bandwidth_fraction"] =
+        quantize_bandwidth_fraction > 0 ? speed(quantize_bandwidth_fraction) : nullptr;
+    j["end_to_end_ms"] = speed(end_to_end_ms);
+    j["end_to_end_gflops"] = speed(end_to_end_gflops);
+    j["end_to_end_ratio"] = end_to_end_ratio > 0 ? speed(end_to_end_ratio) : nullptr;
+    j["end_to_end_vs_float"] =
+        ok && end_to_end_vs_float > 0 ? nlohmann::ordered_json(end_to_end_vs_float) : nullptr;
+  }
   j["peak_gflops"] = peak_gflops;
   j["peak_fraction"] = speed(peak_fraction);
   j["path"] = path;
@@ -581,11 +592,45 @@ Row run(Runtime& rt, const KernelSpec& spec, const Workload& work, const Options
     if (spec.out_mode != OutMode::kPlain) fa.existing_out = float_out->data();
   }
 
-  // The kernel, the float kernel and the baseline, round robin. The baseline's OpenMP workers
-  // spin after each call (libgomp: 300000 pause loops, ~5-12 ms) before they sleep; 50 ms lets
-  // them go to sleep before the next contender starts.
+  // Activations quantized in the call (gmm with lhs codes): other f32 activations of the same
+  // distribution, quantized by gmmgen::quantize into the lhs's dtype and scheme, then the kernel
+  // on them, into an output of its own.
+  const bool quantizes_activations = !tgmm && codes::is_quantized(spec.lhs);
+  std::vector<float> act;
+  std::unique_ptr<Operand> act_q;
+  std::unique_ptr<Buffer> act_out;
+  gmmgen_args ea = a;
+  if (quantizes_activations) {
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    act.resize(size_t(M * K));
+    for (float& v : act) v = u(rng);
+    act_q = std::make_unique<Operand>(lhs.dtype, lhs.scheme, lhs.axis, 1, M, K);
+    act_q->grid = lhs.grid;
+    act_q->scales.assign(std::max<size_t>(lhs.scales.size(), 1), 0.0f);
+    act_out = std::make_unique<Buffer>(spec.out, M * N);
+    ea.lhs = act_q->mem.data(), ea.lhs_scale = act_q->scale_data(), ea.out = act_out->data();
+    if (spec.out_mode != OutMode::kPlain) ea.existing_out = act_out->data();
+  }
+  const auto quantize_activations = [&] {
+    quantize(act.data(), M, K, 0, act_q->options(), act_q->mem.data(), 0,
+             act_q->scheme.kind == QuantKind::kNone ? nullptr : act_q->scales.data(), 0);
+  };
+
+  // The kernel, the float kernel, the quantizer alone and followed by the kernel, and the
+  // baseline, round robin. The baseline's OpenMP workers spin after each call (libgomp: 300000
+  // pause loops, ~5-12 ms) before they sleep; 50 ms lets them go to sleep before the next
+  // contender starts.
   std::vector<Contender> contenders{{[&] { rt.run(kernel, a); }}};
+  const size_t float_at = contenders.size();
   if (float_kernel) contenders.push_back({[&] { rt.run(*float_kernel, fa); }});
+  const size_t quantize_at = contenders.size();
+  if (quantizes_activations) {
+    contenders.push_back({quantize_activations});
+    contenders.push_back({[&] {
+      quantize_activations();
+      rt.run(kernel, ea);
+    }});
+  }
   if (base) contenders.push_back({[&] { base->run(); }, std::chrono::milliseconds(50)});
   const std::vector<double> ms = median_ms(contenders, o.reps);
   row.ms = ms[0];
@@ -593,13 +638,23 @@ Row run(Runtime& rt, const KernelSpec& spec, const Workload& work, const Options
   row.peak_fraction = row.peak_gflops > 0 ? row.gflops / row.peak_gflops : 0;
   set_roofline(row, machine.bandwidth_gbs);
   if (float_kernel) {
-    row.float_gflops = row.flops / (ms[1] * 1e6);
+    row.float_gflops = row.flops / (ms[float_at] * 1e6);
     row.vs_float = row.gflops / row.float_gflops;
   }
   if (base) {
     row.baseline_ms = ms.back();
     row.baseline_gflops = row.flops / (row.baseline_ms * 1e6);
     row.ratio = row.gflops / row.baseline_gflops;
+  }
+  if (quantizes_activations) {
+    row.quantize_ms = ms[quantize_at];
+    row.quantize_gbs = double(M * K) * 4 / (row.quantize_ms * 1e6);
+    if (machine.bandwidth_gbs > 0)
+      row.quantize_bandwidth_fraction = row.quantize_gbs / machine.bandwidth_gbs;
+    row.end_to_end_ms = ms[quantize_at + 1];
+    row.end_to_end_gflops = row.flops / (row.end_to_end_ms * 1e6);
+    if (base) row.end_to_end_ratio = row.baseline_ms / row.end_to_end_ms;
+    if (float_kernel) row.end_to_end_vs_float = row.end_to_end_gflops / row.float_gflops;
   }
 
   // The float64 reference on a sample of the output. Logical accessors: lhs (r, k), rhs (g, k, n)

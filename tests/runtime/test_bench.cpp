@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "gmmgen/bench/bench.h"
+#include "gmmgen/codes.h"
 #include "gmmgen/heuristics.h"
 #include "gmmgen/platform.hpp"
 #include "gmmgen/runtime.hpp"
@@ -303,6 +304,24 @@ TEST(BenchQuant, QuantizedRowsCheckAgainstTheDequantizedReferenceAndBaselines) {
       EXPECT_EQ(j["baseline_dtype"], to_string(act));
       EXPECT_TRUE(j.contains("vs_float"));
       EXPECT_TRUE(j["vs_float"].is_null());  // nobody timed the float kernel here
+      // gmm on lhs codes: the quantizer on f32 activations, alone and then the kernel.
+      if (spec.op == Op::kGmm && codes::is_quantized(spec.lhs)) {
+        EXPECT_GT(row.quantize_ms, 0);
+        EXPECT_NEAR(row.quantize_gbs, 70.0 * spec.k * 4 / (row.quantize_ms * 1e6),
+                    1e-9 * row.quantize_gbs);
+        EXPECT_GT(row.end_to_end_ms, 0);
+        EXPECT_NEAR(row.end_to_end_gflops, row.flops / (row.end_to_end_ms * 1e6),
+                    1e-9 * row.end_to_end_gflops);
+        EXPECT_EQ(row.end_to_end_ratio > 0, row.baseline_gflops > 0);
+        EXPECT_EQ(row.quantize_bandwidth_fraction, 0);  // no bandwidth measured here
+        for (const char* key :
+             {"quantize_ms", "quantize_gbs", "end_to_end_ms", "end_to_end_gflops"})
+          EXPECT_TRUE(j[key].is_number()) << key;
+        EXPECT_TRUE(j["end_to_end_vs_float"].is_null());
+      } else {
+        EXPECT_EQ(row.end_to_end_ms, 0);
+        EXPECT_FALSE(j.contains("end_to_end_ms"));
+      }
     }
   }
 }
@@ -593,6 +612,36 @@ TEST(BenchQuant, CliQuantizedRowReportsVsFloat) {
   EXPECT_GT(rows[1]["float_gflops"].get<double>(), 0);
   EXPECT_NEAR(rows[1]["vs_float"].get<double>(),
               rows[1]["gflops"].get<double>() / rows[1]["float_gflops"].get<double>(), 1e-9);
+  EXPECT_EQ(r.output.find("end to end:"), std::string::npos) << r.output;  // bf16 activations
+}
+
+// A row whose kernel reads i8 activations also times gmmgen_quantize on f32 activations, alone and
+// followed by the kernel: a table of its own below the rows, and the JSON.
+TEST(BenchQuant, CliTimesQuantizedActivationsEndToEnd) {
+  const Scratch dir;
+  const std::string json = (dir.path / "rows.json").string();
+  const ProcessResult r = bench_cli(
+      {"--spec", "op=gmm,lhs=i8,rhs=i8,lhs_quant=channel,rhs_quant=channel,out=f32,k=96,n=40,g=3",
+       "--m", "50", "--reps", "1", "--threads", "2", "--baseline", "none", "--json", json});
+  ASSERT_EQ(r.status, 0) << r.output;
+  const size_t block = r.output.find("end to end:");
+  ASSERT_NE(block, std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("quant ms", block), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("i8@channelxi8@channel->f32", block), std::string::npos) << r.output;
+  std::ifstream in(json);
+  const auto j = nlohmann::json::parse(in);
+  ASSERT_EQ(j["rows"].size(), 2u);
+  EXPECT_FALSE(j["rows"][0].contains("end_to_end_ms"));  // the f32 counterpart
+  const auto& q = j["rows"][1];
+  EXPECT_NEAR(q["quantize_gbs"].get<double>(),
+              50.0 * 96 * 4 / (q["quantize_ms"].get<double>() * 1e6), 1e-9);
+  EXPECT_NEAR(q["quantize_bandwidth_fraction"].get<double>(),
+              q["quantize_gbs"].get<double>() / j["machine"]["bandwidth_gbs"].get<double>(), 1e-9);
+  EXPECT_NEAR(q["end_to_end_gflops"].get<double>(),
+              2.0 * 50 * 96 * 40 / (q["end_to_end_ms"].get<double>() * 1e6), 1e-9);
+  EXPECT_NEAR(q["end_to_end_vs_float"].get<double>(),
+              q["end_to_end_gflops"].get<double>() / q["float_gflops"].get<double>(), 1e-9);
+  EXPECT_TRUE(q["end_to_end_ratio"].is_null());  // no baseline
 }
 
 }  // namespace

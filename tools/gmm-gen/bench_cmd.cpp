@@ -274,6 +274,27 @@ int run_bench(const BenchOptions& o) {
     std::fflush(stdout);
     done.push_back(std::move(r));
   }
+  // Rows whose kernel reads quantized activations, end to end from f32 activations.
+  bool e2e_header = false;
+  for (const bench::Row& r : done) {
+    if (!r.ok || r.end_to_end_ms <= 0) continue;
+    if (!e2e_header) {
+      std::printf(
+          "\nend to end: f32 activations quantized by gmmgen_quantize (the lhs's dtype and "
+          "scheme), then the kernel\n%-5s %-5s %-*s %10s %7s %6s %10s %10s %10s %7s %9s\n",
+          "shape", "op", w, "lhs x rhs -> out", "quant ms", "GB/s", "% bw", "kernel ms", "e2e ms",
+          "e2e GF/s", "ratio", "vs float");
+      e2e_header = true;
+    }
+    char bw[16] = "-", ratio[16] = "-", vs[16] = "-";
+    if (r.quantize_bandwidth_fraction > 0)
+      std::snprintf(bw, sizeof bw, "%.0f%%", 100 * r.quantize_bandwidth_fraction);
+    if (r.end_to_end_ratio > 0) std::snprintf(ratio, sizeof ratio, "%.2f", r.end_to_end_ratio);
+    if (r.end_to_end_vs_float > 0) std::snprintf(vs, sizeof vs, "%.2f", r.end_to_end_vs_float);
+    std::printf("%-5s %-5s %-*s %10.3f %7.2f %6s %10.3f %10.3f %10.1f %7s %9s\n", r.shape.c_str(),
+                r.op.c_str(), w, dtypes_label(r).c_str(), r.quantize_ms, r.quantize_gbs, bw, r.ms,
+                r.end_to_end_ms, r.end_to_end_gflops, ratio, vs);
+  }
   for (size_t i = 0; i < no_baseline.size(); ++i)
     std::printf("%sno baseline: %s\n", i ? "" : "\n", no_baseline[i].c_str());
   for (size_t i = 0; i < entries.size(); ++i)

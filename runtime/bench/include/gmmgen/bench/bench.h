@@ -155,6 +155,12 @@ struct Row {
   // timed round robin with this row's kernel, and this row's GFLOP/s over those (run() with a
   // float_spec; 0 when not timed or the row failed).
   double float_gflops = 0, vs_float = 0;
+  // gmm rows whose lhs holds codes: other f32 activations [M, K] quantized by gmmgen::quantize
+  // into the lhs's dtype and scheme, timed alone (quantize_ms; GB/s of f32 input, and that over
+  // the measured bandwidth) and followed by the kernel (end_to_end_*: GFLOP/s, the baseline's
+  // time over it, and its GFLOP/s over float_gflops). 0 elsewhere.
+  double quantize_ms = 0, quantize_gbs = 0, quantize_bandwidth_fraction = 0;
+  double end_to_end_ms = 0, end_to_end_gflops = 0, end_to_end_ratio = 0, end_to_end_vs_float = 0;
   double peak_gflops = 0, peak_fraction = 0;
   // The roofline: the row's product path and its peak (0: not measured), the bytes the cost
   // model says it moves, and max(flops / path peak, bytes / bandwidth); roofline_fraction is that
@@ -181,7 +187,9 @@ void set_roofline(Row& r, double bandwidth_gbs);
 // (docs/quantization.md, gmmgen/verify/checker.h); the baseline runs on gmmgen::dequantize's values
 // rounded to activation_dtype and is checked against the float64 product of exactly those values.
 // float_spec (quantized rows): gmm-gen's kernel of float_counterpart(spec) (any tiling), run on
-// the baseline's operands and timed with the others, fills float_gflops and vs_float.
+// the baseline's operands and timed with the others, fills float_gflops and vs_float. A gmm whose
+// lhs holds codes also times the quantizer on f32 activations, alone and then the kernel
+// (quantize_ms, end_to_end_*).
 // The kernel, the float kernel and the baseline are timed round robin, one run of each per
 // round, so that all of them meet the same machine (docs/performance.md: side by side in one run).
 Row run(Runtime& rt, const KernelSpec& spec, const Workload& work, const Options& o,
