@@ -26,57 +26,12 @@
 #include "gmmgen/runtime.hpp"
 #include "gmmgen/templates.h"
 #include "gmmgen/verify/checker.h"
-
-extern char** environ;
+#include "process.h"
 
 namespace gmmgen::cli {
 namespace {
 
 namespace fs = std::filesystem;
-
-// Refuses a temporary folder's parent that another user could change: if any folder on its
-// path may be written by someone else (not owned by root or us, or writable by group/others
-// without the sticky bit), they could rename our folder away and put their own in its place,
-// and we would compile and load their code.
-void check_private_parent(const fs::path& parent) {
-  const fs::path full = fs::canonical(parent);
-  fs::path p;
-  for (const auto& part : full) {
-    p /= part;
-    struct stat st;
-    if (lstat(p.c_str(), &st) != 0)
-      throw std::runtime_error("verify: cannot inspect " + p.string());
-    const bool trusted_owner = st.st_uid == 0 || st.st_uid == geteuid();
-    const bool others_write = (st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX);
-    if (!S_ISDIR(st.st_mode) || !trusted_owner || others_write)
-      throw std::runtime_error(
-          "verify: the temporary folder " + full.string() + " is not private: " + p.string() +
-          " may be changed by another user (owner uid " + std::to_string(st.st_uid) +
-          "); set TMPDIR to a folder only you and root can write");
-  }
-}
-
-// A private temporary folder (mkdtemp: a fresh name that did not exist, mode 0700) inside a
-// parent no other user can change, removed on scope exit. Sources, objects and the loaded
-// kernels live only in it.
-struct TempDir {
-  fs::path path;
-  TempDir() {
-    const fs::path parent = fs::temp_directory_path();
-    check_private_parent(parent);
-    std::string templ = (parent / "gmm-gen-verify-XXXXXX").string();
-    if (!mkdtemp(templ.data()))
-      throw std::runtime_error("verify: cannot create a temporary folder in " + parent.string() +
-                               ": " + std::strerror(errno));
-    path = templ;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  TempDir(const TempDir&) = delete;
-  TempDir& operator=(const TempDir&) = delete;
-};
 
 // Whether verify may run kernels of a family here: the CPU must run it (host_supports), and
 // GMMGEN_ASSUME_ISA=<family> caps the families treated as runnable, to see what verify does on
@@ -104,30 +59,6 @@ bool host_runs(Isa isa) {
 // Exit status of verify when nothing could be checked: every kernel asked for is a Pallas module
 // and no Python with JAX was found (the checker's own "skipped" status too).
 constexpr int kExitSkipped = 77;
-
-// Runs argv (argv[0] looked up in PATH) with this process's stdout and stderr, or with both sent
-// to /dev/null, and returns its exit status (128 + signal; -1 if it could not be started).
-int run_child(const std::vector<std::string>& argv, bool quiet) {
-  std::fflush(stdout);
-  std::fflush(stderr);
-  posix_spawn_file_actions_t actions;
-  posix_spawn_file_actions_init(&actions);
-  if (quiet) {
-    posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0);
-    posix_spawn_file_actions_adddup2(&actions, 1, 2);
-  }
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid;
-  const int rc = posix_spawnp(&pid, args[0], &actions, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&actions);
-  if (rc != 0) return -1;
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0)
-    if (errno != EINTR) return -1;
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-}
 
 // A Python that imports JAX and Pallas's TPU API: $GMMGEN_PYTHON if set, else the project's
 // virtual environment this gmm-gen was built beside (.ci/deps installs JAX there), else python3
@@ -260,7 +191,7 @@ int run_verify(const std::vector<KernelSpec>& specs, uint64_t seed, bool quick, 
   if (!cpp.empty()) rt.emplace(ro);
   std::optional<TempDir> dir;
   if (!elsewhere.empty()) {
-    dir.emplace();
+    dir.emplace("verify");
     write_files(dir->path, emit_set(elsewhere));
   }
   const fs::path src = dir ? dir->path / std::string(target_of(TargetKind::kCpp).name()) : "";
