@@ -8,6 +8,7 @@
 #include <random>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "baseline.h"
 #include "gmmgen/codes.h"
@@ -215,6 +216,39 @@ std::shared_ptr<const Inputs> inputs_for(const OperandShape& l, const OperandSha
   last = std::make_shared<const Inputs>(l, r, rng);
   last_key = key, after = rng;
   return last;
+}
+
+// A run's operands: stored layouts and contraction axes gmm lhs [M, K] along K; rhs [G][K, N]
+// along K, or [G][N, K] with transpose_rhs; tgmm lhs [M, K] (or [K, M]) and rhs [M, N] along M.
+std::shared_ptr<const Inputs> inputs_of(const KernelSpec& spec, int64_t M, std::mt19937_64& rng) {
+  const int64_t K = spec.k, N = spec.n, G = spec.g;
+  const bool tgmm = spec.op == Op::kTgmm, km = spec.lhs_layout == LhsLayout::kKM;
+  const OperandShape lhs_shape =
+      !tgmm ? OperandShape{spec.lhs, spec.lhs_quant, QuantAxis::kCols, 1, M, K}
+      : km  ? OperandShape{spec.lhs, spec.lhs_quant, QuantAxis::kCols, 1, K, M}
+            : OperandShape{spec.lhs, spec.lhs_quant, QuantAxis::kRows, 1, M, K};
+  const OperandShape rhs_shape =
+      tgmm                 ? OperandShape{spec.rhs, spec.rhs_quant, QuantAxis::kRows, 1, M, N}
+      : spec.transpose_rhs ? OperandShape{spec.rhs, spec.rhs_quant, QuantAxis::kCols, G, N, K}
+                           : OperandShape{spec.rhs, spec.rhs_quant, QuantAxis::kRows, G, K, N};
+  return inputs_for(lhs_shape, rhs_shape, rng);
+}
+
+// The output of a run: [M, N] for gmm, [G][K, N] (or [G][N, K]) for tgmm.
+Buffer output_of(const KernelSpec& spec, int64_t M) {
+  return Buffer(spec.out, spec.op == Op::kTgmm ? spec.g * spec.k * spec.n : M * spec.n);
+}
+
+// The arguments of a call on `in` into `out` (packed operands, scales with ld 0).
+gmmgen_args args_of(const KernelSpec& spec, const Workload& work, const Inputs& in, Buffer& out) {
+  gmmgen_args a{};
+  a.abi_version = GMMGEN_ABI_VERSION;
+  a.m = work.m;
+  a.lhs = in.lhs.mem.data(), a.rhs = in.rhs.mem.data(), a.out = out.data();
+  a.lhs_scale = in.lhs.scale_data(), a.rhs_scale = in.rhs.scale_data();
+  a.group_sizes = work.group_sizes.data();
+  if (spec.out_mode != OutMode::kPlain) a.existing_out = out.data();
+  return a;
 }
 
 // One contender of a timed round: what to run, and how long to wait after each run before the
@@ -524,29 +558,12 @@ Row run(Runtime& rt, const KernelSpec& spec, const Workload& work, const Options
   const bool tgmm = spec.op == Op::kTgmm;
   const int64_t M = work.m, K = spec.k, N = spec.n, G = spec.g;
   std::mt19937_64 rng(o.seed);
-  // Stored layouts and contraction axes: gmm lhs [M, K] along K; rhs [G][K, N] along K, or
-  // [G][N, K] with transpose_rhs; tgmm lhs [M, K] (or [K, M]) and rhs [M, N] along M.
   const bool km = spec.lhs_layout == LhsLayout::kKM;
-  const OperandShape lhs_shape =
-      !tgmm ? OperandShape{spec.lhs, spec.lhs_quant, QuantAxis::kCols, 1, M, K}
-      : km  ? OperandShape{spec.lhs, spec.lhs_quant, QuantAxis::kCols, 1, K, M}
-            : OperandShape{spec.lhs, spec.lhs_quant, QuantAxis::kRows, 1, M, K};
-  const OperandShape rhs_shape =
-      tgmm                 ? OperandShape{spec.rhs, spec.rhs_quant, QuantAxis::kRows, 1, M, N}
-      : spec.transpose_rhs ? OperandShape{spec.rhs, spec.rhs_quant, QuantAxis::kCols, G, N, K}
-                           : OperandShape{spec.rhs, spec.rhs_quant, QuantAxis::kRows, G, K, N};
-  const std::shared_ptr<const Inputs> inputs = inputs_for(lhs_shape, rhs_shape, rng);
+  const std::shared_ptr<const Inputs> inputs = inputs_of(spec, M, rng);
   const Operand& lhs = inputs->lhs;
   const Operand& rhs = inputs->rhs;
-  Buffer out(spec.out, tgmm ? G * K * N : M * N);
-
-  gmmgen_args a{};
-  a.abi_version = GMMGEN_ABI_VERSION;
-  a.m = M;
-  a.lhs = lhs.mem.data(), a.rhs = rhs.mem.data(), a.out = out.data();
-  a.lhs_scale = lhs.scale_data(), a.rhs_scale = rhs.scale_data();  // packed: ld 0
-  a.group_sizes = work.group_sizes.data();
-  if (spec.out_mode != OutMode::kPlain) a.existing_out = out.data();
+  Buffer out = output_of(spec, M);
+  gmmgen_args a = args_of(spec, work, *inputs, out);
   const gmmgen_kernel_entry& kernel = rt.kernel(spec);
 
   // Quantized rows: both operands dequantized to the activation dtype (made outside the timing,
@@ -756,6 +773,74 @@ Row run(Runtime& rt, const KernelSpec& spec, const Workload& work, const Options
     row.ms = row.gflops = row.ratio = row.peak_fraction = row.float_gflops = row.vs_float =
         row.path_fraction = row.roofline_fraction = 0;
   return row;
+}
+
+nlohmann::ordered_json AbRow::to_json() const {
+  const auto time = [&](double v) { return ok ? nlohmann::ordered_json(v) : nullptr; };
+  nlohmann::ordered_json j = {{"shape", shape}, {"op", op}, {"lhs", lhs}, {"rhs", rhs}};
+  j["lhs_quant"] = lhs_quant, j["rhs_quant"] = rhs_quant, j["out"] = out;
+  j["kernel_a"] = kernel_a, j["kernel_b"] = kernel_b;
+  j["m"] = m, j["k"] = k, j["n"] = n, j["g"] = g;
+  j["rounds"] = rounds;
+  j["a_ms"] = time(a_ms), j["b_ms"] = time(b_ms);
+  j["ratio"] = time(ratio), j["ratio_p25"] = time(ratio_p25), j["ratio_p75"] = time(ratio_p75);
+  j["ok"] = ok;
+  j["failure"] = failure;
+  return j;
+}
+
+AbRow run_ab(Runtime& rt_a, const KernelSpec& a, Runtime& rt_b, const KernelSpec& b,
+             const Workload& work, const Options& o, const Machine& machine) {
+  KernelSpec same = b;
+  same.tiling = a.tiling;
+  if (!(same == a))
+    throw InvalidArgument("bench --ab: the two sides run different problems (" + to_text(a) +
+                          " and " + to_text(b) + "); they may differ in tiling only");
+  AbRow r;
+  r.shape = work.shape, r.op = std::string(to_string(a.op));
+  r.lhs = std::string(to_string(a.lhs)), r.rhs = std::string(to_string(a.rhs));
+  r.out = std::string(to_string(a.out));
+  r.lhs_quant = to_string(a.lhs_quant), r.rhs_quant = to_string(a.rhs_quant);
+  r.kernel_a = kernel_name(a), r.kernel_b = kernel_name(b);
+  r.m = work.m, r.k = a.k, r.n = a.n, r.g = a.g;
+  Options once = o;
+  once.reps = 1, once.baseline = BaselineKind::kNone;
+  for (const auto& [rt, spec, side] :
+       {std::tuple<Runtime*, const KernelSpec*, const char*>{&rt_a, &a, "A"}, {&rt_b, &b, "B"}}) {
+    const Row checked = run(*rt, *spec, work, once, machine);
+    if (!checked.ok && r.ok) r.ok = false, r.failure = std::string(side) + ": " + checked.failure;
+  }
+  if (!r.ok) return r;
+
+  std::mt19937_64 rng(o.seed);
+  const std::shared_ptr<const Inputs> inputs = inputs_of(a, work.m, rng);
+  Buffer out_a = output_of(a, work.m), out_b = output_of(b, work.m);
+  const gmmgen_args args_a = args_of(a, work, *inputs, out_a);
+  const gmmgen_args args_b = args_of(b, work, *inputs, out_b);
+  const gmmgen_kernel_entry& ka = rt_a.kernel(a);
+  const gmmgen_kernel_entry& kb = rt_b.kernel(b);
+  const auto timed = [](const std::function<void()>& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+  };
+  const std::function<void()> run_a = [&] { rt_a.run(ka, args_a); };
+  const std::function<void()> run_b = [&] { rt_b.run(kb, args_b); };
+  for (int i = 0; i < 2; ++i) run_a(), run_b();
+  std::vector<double> ta, tb, ratios;
+  for (int i = 0; i < o.reps; ++i) {
+    const double first = timed(i % 2 ? run_b : run_a), second = timed(i % 2 ? run_a : run_b);
+    ta.push_back(i % 2 ? second : first), tb.push_back(i % 2 ? first : second);
+    ratios.push_back(tb.back() / ta.back());
+  }
+  const auto at = [](std::vector<double> v, double q) {
+    std::sort(v.begin(), v.end());
+    return v[size_t(q * double(v.size() - 1) + 0.5)];
+  };
+  r.rounds = o.reps;
+  r.a_ms = at(ta, 0.5), r.b_ms = at(tb, 0.5);
+  r.ratio = at(ratios, 0.5), r.ratio_p25 = at(ratios, 0.25), r.ratio_p75 = at(ratios, 0.75);
+  return r;
 }
 
 }  // namespace gmmgen::bench

@@ -586,6 +586,82 @@ TEST(BenchShapes, QuantFp8BlockAddsTheWeightGradient) {
   EXPECT_GT(q["vs_float"].get<double>(), 0.0);
 }
 
+// ---- A/B -----------------------------------------------------------------------------------
+
+// run_ab checks both sides' outputs first: a slightly wrong B gets no times, and two specs that
+// differ in more than the tiling are refused.
+TEST(BenchAb, WrongSideIsCaughtAndProblemsMustMatch) {
+  bench::Machine machine;
+  machine.threads = 2, machine.peak_gflops = 100;
+  const KernelSpec spec = parse_text(kQuantSpecs[1]);
+  MisScaled::real = &quant_kernel(kQuantSpecs[1]);
+  MisScaled::count = 4 * 66;
+  gmmgen_kernel_entry wrong = *MisScaled::real;
+  wrong.plan = &MisScaled::plan;
+  wrong.run_items = &MisScaled::run_items;
+  RuntimeOptions ro;
+  ro.jit = false, ro.num_threads = 2;
+  Runtime good(ro), bad(ro);
+  good.register_kernels(MisScaled::real, 1);
+  bad.register_kernels(&wrong, 1);
+  bench::Options o;
+  o.reps = 3, o.threads = 2, o.baseline = bench::BaselineKind::kNone;
+  const bench::Workload w = workload(spec, 70, "uniform", 5);
+  const bench::AbRow same = bench::run_ab(good, spec, good, spec, w, o, machine);
+  EXPECT_TRUE(same.ok) << same.failure;
+  EXPECT_EQ(same.rounds, 3);
+  EXPECT_GT(same.a_ms, 0);
+  EXPECT_GT(same.b_ms, 0);
+  EXPECT_LE(same.ratio_p25, same.ratio);
+  EXPECT_LE(same.ratio, same.ratio_p75);
+  const bench::AbRow r = bench::run_ab(good, spec, bad, spec, w, o, machine);
+  EXPECT_FALSE(r.ok);
+  EXPECT_EQ(r.failure.rfind("B: ", 0), 0u) << r.failure;
+  EXPECT_EQ(r.b_ms, 0);
+  EXPECT_TRUE(r.to_json()["ratio"].is_null());
+  KernelSpec other = spec;
+  other.n = 64;
+  EXPECT_THROW(bench::run_ab(good, spec, good, other, w, o, machine), InvalidArgument);
+}
+
+// The command line: a tiling side and another gmm-gen's kernel (this very build's, emitted and
+// compiled by the side), each against this one's; bad sides are refused before any timing.
+TEST(BenchAb, CliTimesTwoSidesInAlternatingRounds) {
+  const Scratch dir;
+  const std::string json = (dir.path / "ab.json").string();
+  const std::string spec = "op=gmm,lhs=f32,rhs=f32,out=f32,k=40,n=24,g=3,tm=16,tk=16,tn=8";
+  for (const std::string& side : {std::string("tiling=8x16x8"), std::string(GMMGEN_CLI)}) {
+    SCOPED_TRACE(side);
+    const ProcessResult r = bench_cli(
+        {"--spec", spec, "--m", "50", "--reps", "3", "--ab", "this", side, "--json", json});
+    ASSERT_EQ(r.status, 0) << r.output;
+    EXPECT_NE(r.output.find("B/A"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("GFLOP/s"), std::string::npos) << r.output;  // not the usual table
+    std::ifstream in(json);
+    const auto j = nlohmann::json::parse(in);
+    ASSERT_EQ(j["rows"].size(), 1u);
+    const auto& row = j["rows"][0];
+    EXPECT_TRUE(row["ok"].get<bool>()) << row.dump();
+    EXPECT_EQ(row["side_a"], "this");
+    EXPECT_EQ(row["side_b"], side);
+    EXPECT_EQ(row["rounds"], 3);
+    EXPECT_GT(row["a_ms"].get<double>(), 0);
+    EXPECT_GT(row["b_ms"].get<double>(), 0);
+    EXPECT_NE(row["kernel_a"].get<std::string>().find("_t16x16x8_"), std::string::npos);
+    const std::string kb = row["kernel_b"];
+    EXPECT_NE(kb.find(side == GMMGEN_CLI ? "_t16x16x8_" : "_t8x16x8_"), std::string::npos) << kb;
+  }
+  for (const std::vector<std::string>& bad :
+       {std::vector<std::string>{"this", "tiling=8x16"},
+        std::vector<std::string>{"this", (dir.path / "no-gmm-gen").string()},
+        std::vector<std::string>{"cxx=", "this"}}) {
+    const ProcessResult r = bench_cli({"--spec", spec, "--m", "50", "--ab", bad[0], bad[1]});
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_NE(r.output.find("--ab"), std::string::npos) << r.output;
+    EXPECT_EQ(r.output.find("B/A"), std::string::npos) << r.output;
+  }
+}
+
 // A quantized --spec row runs after gmm-gen's kernel on its float counterpart (bf16 x bf16 here)
 // and reports `vs float`: its GFLOP/s over that kernel's, timed beside it, in the table and the
 // JSON.

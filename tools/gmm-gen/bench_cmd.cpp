@@ -7,6 +7,7 @@
 #include <memory>
 #include <sstream>
 
+#include "bench_ab.h"
 #include "commands.h"
 #include "gmmgen/bench/bench.h"
 
@@ -17,6 +18,7 @@ struct BenchOptions {
   SpecOptions specs;
   KernelFilter filter;
   std::string shapes, dist = "uniform", baseline, json, quant;
+  std::vector<std::string> ab;  // --ab SIDE_A SIDE_B
   int64_t m = 4096;
   int threads = 2, reps = 7;
   CLI::Option* quant_option = nullptr;  // given at all (an empty --quant is an error)
@@ -173,6 +175,11 @@ int run_bench(const BenchOptions& o) {
     if (jobs.empty()) o.filter.no_match(entries.size());
   }
   for (const auto& j : jobs) validate(j.spec);
+  if (!o.ab.empty()) {
+    std::vector<AbJob> ab_jobs;
+    for (const Job& j : jobs) ab_jobs.push_back({j.spec, j.work});
+    return run_ab(o.ab, ab_jobs, ro, rt, opt, o.json);
+  }
   bool any_quantized = false;
   size_t width = 16, tiling_width = 6;  // the dtypes and tiling columns
   // The tiling column: "512x1024x64 heuristic", "64x128x64 override" or "8x16x8 table 1", the
@@ -355,6 +362,12 @@ Command add_bench(CLI::App& app) {
   cmd->add_option("--reps", o->reps, "Timed runs after warm-up; the median is reported [7]");
   cmd->add_option("--baseline", o->baseline,
                   "onednn | openblas | none [the first found at configure time]");
+  cmd->add_option("--ab", o->ab,
+                  "A/B: time two kernels of each row in alternating rounds (--reps of them) and "
+                  "print B/A, its median and 25th-75th percentiles, instead of the baseline "
+                  "table. Each side: this | tiling=TMxTKxTN | cxx=COMPILER | the path of another "
+                  "gmm-gen or of its build folder (its kernel, compiled here)")
+      ->expected(2);
   cmd->add_option("--json", o->json,
                   "Also write {\"machine\": {...}, \"rows\": [...]} to this file");
   cmd->footer(

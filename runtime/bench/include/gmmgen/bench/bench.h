@@ -195,4 +195,27 @@ void set_roofline(Row& r, double bandwidth_gbs);
 Row run(Runtime& rt, const KernelSpec& spec, const Workload& work, const Options& o,
         const Machine& machine, const KernelSpec* float_spec = nullptr);
 
+// ---- A/B (gmm-gen bench --ab) ----------------------------------------------------------------
+
+// Two kernels of one problem (their specs may differ in tiling only) timed in alternating rounds.
+struct AbRow {
+  std::string shape, op, lhs, rhs, out, lhs_quant, rhs_quant, kernel_a, kernel_b;
+  int64_t m = 0, k = 0, n = 0, g = 0;
+  int rounds = 0;
+  double a_ms = 0, b_ms = 0;  // medians
+  // b / a of each round: the median and its 25th and 75th percentiles (the spread).
+  double ratio = 0, ratio_p25 = 0, ratio_p75 = 0;
+  bool ok = true;  // both outputs matched the float64 reference (sampled)
+  std::string failure;
+  nlohmann::ordered_json to_json() const;
+};
+
+// Checks each kernel's output against the float64 reference (as run does, one timed run each),
+// then times them on the same inputs, each into an output of its own: two warm-up runs each, then
+// o.reps rounds of one run of each, A first in even rounds and B first in odd ones (so that a
+// drift of the machine within a round falls on both alike). Throws InvalidArgument when the
+// specs differ in more than their tiling. A wrong kernel gets no times.
+AbRow run_ab(Runtime& rt_a, const KernelSpec& a, Runtime& rt_b, const KernelSpec& b,
+             const Workload& work, const Options& o, const Machine& machine);
+
 }  // namespace gmmgen::bench
