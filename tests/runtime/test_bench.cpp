@@ -651,6 +651,14 @@ TEST(BenchAb, CliTimesTwoSidesInAlternatingRounds) {
     const std::string kb = row["kernel_b"];
     EXPECT_NE(kb.find(side == GMMGEN_CLI ? "_t16x16x8_" : "_t8x16x8_"), std::string::npos) << kb;
   }
+  // A quantized row runs alone: its float counterpart only serves `vs float`.
+  const ProcessResult q = bench_cli({"--spec", std::string(kQuantSpecs[1]), "--m", "50", "--reps",
+                                     "1", "--ab", "this", "tiling=16x32x16", "--json", json});
+  ASSERT_EQ(q.status, 0) << q.output;
+  std::ifstream qin(json);
+  const auto qj = nlohmann::json::parse(qin);
+  ASSERT_EQ(qj["rows"].size(), 1u) << q.output;
+  EXPECT_EQ(qj["rows"][0]["lhs"], "i8");
   for (const std::vector<std::string>& bad :
        {std::vector<std::string>{"this", "tiling=8x16"},
         std::vector<std::string>{"this", (dir.path / "no-gmm-gen").string()},

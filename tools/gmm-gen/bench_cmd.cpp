@@ -31,6 +31,7 @@ struct Job {
   std::string tiling_source;  // to_string(TilingChoice)
   bench::Workload work;
   int float_job = -1;
+  bool companion = false;  // only here as a quantized row's float counterpart
 };
 
 // Adds f, the float counterpart of a quantized job q, unless the list already has it, then q.
@@ -41,7 +42,7 @@ void add_quantized(std::vector<Job>& jobs, const Job& q, const Job& f) {
   };
   auto it = std::find_if(jobs.begin(), jobs.end(), same);
   int index = int(it - jobs.begin());
-  if (it == jobs.end()) jobs.push_back(f);
+  if (it == jobs.end()) jobs.push_back(f), jobs.back().companion = true;
   jobs.push_back(q);
   jobs.back().float_job = index;
 }
@@ -177,7 +178,8 @@ int run_bench(const BenchOptions& o) {
   for (const auto& j : jobs) validate(j.spec);
   if (!o.ab.empty()) {
     std::vector<AbJob> ab_jobs;
-    for (const Job& j : jobs) ab_jobs.push_back({j.spec, j.work});
+    for (const Job& j : jobs)  // a float counterpart only serves `vs float`, which A/B has not
+      if (!j.companion) ab_jobs.push_back({j.spec, j.work});
     return run_ab(o.ab, ab_jobs, ro, rt, opt, o.json);
   }
   bool any_quantized = false;
