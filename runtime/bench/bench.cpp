@@ -10,6 +10,7 @@
 #include <thread>
 #include <tuple>
 
+#include "aligned.h"
 #include "baseline.h"
 #include "gmmgen/codes.h"
 #include "gmmgen/heuristics.h"
@@ -23,17 +24,6 @@ namespace {
 int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
-
-// `count` bytes, 64-byte aligned.
-struct Aligned {
-  std::vector<unsigned char> bytes;
-  size_t offset = 0;
-  explicit Aligned(size_t count) : bytes(std::max<size_t>(count, 1) + 64) {
-    offset = (64 - reinterpret_cast<uintptr_t>(bytes.data()) % 64) % 64;
-  }
-  unsigned char* data() { return bytes.data() + offset; }
-  const unsigned char* data() const { return bytes.data() + offset; }
-};
 
 // A buffer of `count` elements of float dtype d, 64-byte aligned.
 struct Buffer {

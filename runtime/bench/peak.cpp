@@ -7,6 +7,7 @@
 #include <thread>
 #include <vector>
 
+#include "aligned.h"
 #include "gmmgen/bench/bench.h"
 #include "gmmgen/heuristics.h"
 #include "gmmgen/platform.hpp"
@@ -191,8 +192,8 @@ double measure_read_bandwidth_gbs(int threads) {
   // 256 MiB per thread: far past any cache of the machines seen (up to 1 GiB of L3 is shared
   // by many cores; a VM's two cores see a slice of it).
   const size_t per_thread = size_t(256) << 20;
-  std::vector<unsigned char> buf(per_thread * size_t(threads) + 64, 1);  // pages touched here
-  const unsigned char* base = buf.data() + (64 - reinterpret_cast<uintptr_t>(buf.data()) % 64) % 64;
+  const Aligned buf(per_thread * size_t(threads));
+  const unsigned char* base = buf.data();
   double best = 0;
   for (int rep = 0; rep < 3; ++rep) {
     std::vector<uint64_t> sink(static_cast<size_t>(threads));
