@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <random>
 
@@ -168,6 +169,98 @@ TEST_F(QuantRuntime, PeerShapesInt8AndInt4WithBlocksOf16And128AndChannels) {
         out, lhs, rhs, sizes, (K + sb - 1) / sb,
         "i8 x " + std::string(to_string(c.rhs)) + " " + to_string(c.lq) + " x " + to_string(c.rq));
   }
+}
+
+// GmmOptions::quantize_lhs: f32 activations quantized by the call (on the runtime's threads)
+// give the bits of quantize() followed by gmm on those codes (the kernels of the test above), so
+// the float64 reference of the decoded codes too; bad input is refused before out is written.
+TEST_F(QuantRuntime, GmmQuantizesF32ActivationsInTheCall) {
+  const int32_t G = 8;
+  const int64_t M = 512, K = 256, N = 512;
+  std::mt19937_64 rng(7);
+  const auto sizes = ragged_sizes(G, M, rng);
+  const auto x = randn(M * K, 1.0, rng);
+  const auto w = randn(G * K * N, 0.05, rng);
+  struct Case {
+    DType rhs;
+    Quant lq, rq;
+    int64_t ld;  // lhs's leading dimension (0: packed)
+  };
+  const Case cases[] = {{DType::kI8, {QuantKind::kChannel, 0, 0}, {QuantKind::kChannel, 0, 0}, 0},
+                        {DType::kI8, {QuantKind::kBlock, 16, 0}, {QuantKind::kBlock, 16, 0}, K + 5},
+                        {DType::kI4, {QuantKind::kBlock, 128, 0}, {QuantKind::kBlock, 128, 0}, 0}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(to_string(c.lq) + " ld=" + std::to_string(c.ld));
+    const QMatrix lhs(x, 1, M, K, DType::kI8, c.lq, QuantAxis::kCols);
+    const QMatrix rhs(w, G, K, N, c.rhs, c.rq, QuantAxis::kRows);
+    const TensorView weights = TensorView::batch(rhs.codes.data(), c.rhs, G, K, N);
+    std::vector<float> want(size_t(M * N), std::nanf("")), got(want);
+    GmmOptions o;
+    o.lhs_scales = {c.lq, lhs.scales.data(), 0};
+    o.rhs_scales = {c.rq, rhs.scales.data(), 0};
+    rt_->gmm(TensorView::matrix(lhs.codes.data(), DType::kI8, M, K), weights, sizes,
+             TensorView::matrix(want.data(), DType::kF32, M, N), o);
+    std::vector<float> xs(size_t(M * (c.ld ? c.ld : K)), std::nanf(""));  // padding: NaN
+    for (int64_t r = 0; r < M; ++r)
+      std::copy_n(x.begin() + r * K, K, xs.begin() + r * (c.ld ? c.ld : K));
+    GmmOptions fused;
+    fused.rhs_scales = o.rhs_scales;
+    fused.quantize_lhs = LhsQuantization{DType::kI8, c.lq, {}};
+    EXPECT_EQ(rt_->gmm_spec(TensorView::matrix(xs.data(), DType::kF32, M, K, c.ld), weights, sizes,
+                            TensorView::matrix(got.data(), DType::kF32, M, N), fused),
+              rt_->gmm_spec(TensorView::matrix(lhs.codes.data(), DType::kI8, M, K), weights, sizes,
+                            TensorView::matrix(want.data(), DType::kF32, M, N), o));
+    rt_->gmm(TensorView::matrix(xs.data(), DType::kF32, M, K, c.ld), weights, sizes,
+             TensorView::matrix(got.data(), DType::kF32, M, N), fused);
+    ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * 4));
+    const int64_t sb = std::min(c.lq.block_k ? c.lq.block_k : K, c.rq.block_k ? c.rq.block_k : K);
+    expect_gmm_matches(got, lhs, rhs, sizes, (K + sb - 1) / sb, "fused " + to_string(c.lq));
+  }
+
+  // Refused, out untouched: a float lhs that is not f32, scales given for it, a NaN in it, a
+  // scheme the kernels do not take for lhs.
+  const QMatrix rhs(w, G, K, N, DType::kI8, {QuantKind::kChannel, 0, 0}, QuantAxis::kRows);
+  const TensorView weights = TensorView::batch(rhs.codes.data(), DType::kI8, G, K, N);
+  std::vector<float> bad_x = x;
+  bad_x[size_t(300 * K + 7)] = std::nanf("");
+  const std::vector<uint16_t> x16(size_t(M * K), 0x3f80);
+  std::vector<float> out(size_t(M * N), -3.0f);
+  const float one = 1.0f;
+  struct Bad {
+    TensorView lhs;
+    Scales lhs_scales;
+    Quant scheme;
+    const char* message;
+  };
+  const Quant channel{QuantKind::kChannel, 0, 0};
+  const Bad bad[] = {
+      {TensorView::matrix(x16.data(), DType::kBF16, M, K), {}, channel, "lhs must hold f32"},
+      {TensorView::matrix(x.data(), DType::kF32, M, K),
+       {channel, &one, 0},
+       channel,
+       "lhs_scales must be empty"},
+      {TensorView::matrix(bad_x.data(), DType::kF32, M, K), {}, channel, "x[300, 7]=nan"},
+      {TensorView::matrix(x.data(), DType::kF32, M, K), {}, Quant{}, "lhs_quant"}};
+  for (const Bad& b : bad) {
+    GmmOptions f;
+    f.rhs_scales = {channel, rhs.scales.data(), 0};
+    f.lhs_scales = b.lhs_scales;
+    f.quantize_lhs = LhsQuantization{DType::kI8, b.scheme, {}};
+    try {
+      rt_->gmm(b.lhs, weights, sizes, TensorView::matrix(out.data(), DType::kF32, M, N), f);
+      ADD_FAILURE() << "no error; expected one naming " << b.message;
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find(b.message), std::string::npos) << e.what();
+    }
+    for (float v : out) ASSERT_EQ(-3.0f, v) << b.message;
+  }
+  // No rows: nothing to quantize, nothing written.
+  GmmOptions f;
+  f.rhs_scales = {channel, rhs.scales.data(), 0};
+  f.quantize_lhs = LhsQuantization{DType::kI8, {QuantKind::kTensor, 0, 0}, {}};
+  const std::vector<int32_t> no_rows(size_t(G), 0);
+  EXPECT_NO_THROW(rt_->gmm(TensorView::matrix(x.data(), DType::kF32, 0, K), weights, no_rows,
+                           TensorView::matrix(out.data(), DType::kF32, 0, N), f));
 }
 
 // A contraction longer than one i32 chunk of the integer dot product (2^16 products of codes):

@@ -22,6 +22,7 @@
 #include "gmmgen/heuristics.h"
 #include "gmmgen/naming.h"
 #include "jit/jit_cache.h"
+#include "quant/quantize_internal.h"
 #include "tuning/tables.h"
 
 namespace gmmgen {
@@ -461,6 +462,18 @@ KernelSpec Runtime::gmm_spec(const TensorView& lhs, const TensorView& rhs,
                              std::span<const int32_t> group_sizes, const TensorView& out,
                              const GmmOptions& o) const {
   if (lhs.ndim != 2) throw InvalidArgument("lhs must be 2-D [M, K], got " + shape_of(lhs));
+  if (o.quantize_lhs) {  // the kernel reads the codes the call makes of lhs
+    if (lhs.dtype != DType::kF32)
+      throw InvalidArgument("quantize_lhs: lhs must hold f32 activations, not " +
+                            std::string(to_string(lhs.dtype)));
+    if (o.lhs_scales.scheme.kind != QuantKind::kNone || o.lhs_scales.data)
+      throw InvalidArgument("quantize_lhs: lhs_scales must be empty (the call makes lhs's scales)");
+    GmmOptions qo = o;
+    qo.quantize_lhs.reset();
+    qo.lhs_scales = {o.quantize_lhs->scheme, nullptr, 0};
+    return gmm_spec(TensorView::matrix(nullptr, o.quantize_lhs->dtype, lhs.shape[0], lhs.shape[1]),
+                    rhs, group_sizes, out, qo);
+  }
   if (rhs.ndim != 3)
     throw InvalidArgument(
         "rhs must be 3-D [G_local, K, N] (or [G_local, N, K] with transpose_rhs), got " +
@@ -493,15 +506,6 @@ KernelSpec Runtime::gmm_spec(const TensorView& lhs, const TensorView& rhs,
                               : OutMode::kPlain;
   apply_choice(s, choose_tiling(s, group_sizes, o.group_offset, o.tiling));
   return s;
-}
-
-void Runtime::gmm(const TensorView& lhs, const TensorView& rhs,
-                  std::span<const int32_t> group_sizes, const TensorView& out,
-                  const GmmOptions& o) {
-  const gmmgen_kernel_entry& k =
-      impl_->dispatch(gmm_spec(lhs, rhs, group_sizes, out, o), o.tiling.has_value());
-  run(k, make_args(lhs, rhs, group_sizes, out, o.group_offset, o.existing_out, lhs.shape[0],
-                   o.lhs_scales, o.rhs_scales));
 }
 
 KernelSpec Runtime::tgmm_spec(const TensorView& lhs, const TensorView& rhs,
@@ -772,6 +776,12 @@ struct VjpScratch {
   std::vector<float> row_scales, col_scales, folded;
 };
 
+// The codes and scales of a gmm call's quantized lhs (GmmOptions::quantize_lhs), per thread.
+struct LhsScratch {
+  std::vector<uint8_t> codes;
+  std::vector<float> scales;
+};
+
 // Grows v to at least n elements (never shrinks, so a warm path does not allocate).
 template <class T>
 T* at_least(std::vector<T>& v, int64_t n) {
@@ -780,6 +790,48 @@ T* at_least(std::vector<T>& v, int64_t n) {
 }
 
 }  // namespace
+
+void Runtime::gmm(const TensorView& lhs, const TensorView& rhs,
+                  std::span<const int32_t> group_sizes, const TensorView& out,
+                  const GmmOptions& o) {
+  if (!o.quantize_lhs) {
+    const gmmgen_kernel_entry& k =
+        impl_->dispatch(gmm_spec(lhs, rhs, group_sizes, out, o), o.tiling.has_value());
+    run(k, make_args(lhs, rhs, group_sizes, out, o.group_offset, o.existing_out, lhs.shape[0],
+                     o.lhs_scales, o.rhs_scales));
+    return;
+  }
+  // f32 activations quantized by the call: the kernel is the one of the codes' dtype and scheme.
+  const LhsQuantization& q = *o.quantize_lhs;
+  const KernelSpec spec = gmm_spec(lhs, rhs, group_sizes, out, o);
+  const gmmgen_kernel_entry& kernel = impl_->dispatch(spec, o.tiling.has_value());
+  const int64_t m = lhs.shape[0], k = lhs.shape[1];
+  // Everything the call checks itself, lhs's values included, before its scratch grows; the
+  // kernel's own checks (rhs, out, scales) before out is written.
+  check_group_rows(group_sizes, o.group_offset, spec.g_local, m);
+  QuantizeOptions qopt;
+  qopt.dtype = q.dtype, qopt.scheme = q.scheme, qopt.axis = QuantAxis::kCols;
+  qopt.calibration = q.calibration;
+  const float* x = static_cast<const float*>(lhs.data);
+  if (m > 0 && k > 0 && !x) throw InvalidArgument("lhs is NULL");
+  try {
+    check_quantize_input(x, m, k, lhs.ld, qopt, impl_->pool);
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(std::string("quantize_lhs (lhs is the quantizer's x): ") + e.what());
+  }
+  thread_local LhsScratch scratch;
+  const ScaleShape ss = scale_shape(q.scheme, QuantAxis::kCols, m, k);
+  uint8_t* codes = at_least(
+      scratch.codes,
+      std::max<int64_t>(1, m * packed_codes_ld(q.dtype, k) / codes::elements_per_byte(q.dtype)));
+  float* scales = at_least(scratch.scales, std::max<int64_t>(1, ss.rows * ss.cols));
+  if (m == 0 || k == 0)  // no codes, no scale computed: any positive one (none is applied)
+    std::fill_n(scales, std::max<int64_t>(1, ss.rows * ss.cols), 1.0f);
+  quantize_checked(x, m, k, lhs.ld, qopt, codes, scales, impl_->pool);
+  const Scales lhs_scales{q.scheme, q.scheme.kind == QuantKind::kNone ? nullptr : scales, 0};
+  run(kernel, make_args(TensorView::matrix(codes, q.dtype, m, k), rhs, group_sizes, out,
+                        o.group_offset, o.existing_out, m, lhs_scales, o.rhs_scales));
+}
 
 void Runtime::gmm_vjp(const TensorView& dout, const TensorView& lhs, const TensorView& rhs,
                       std::span<const int32_t> group_sizes, const TensorView& dlhs,

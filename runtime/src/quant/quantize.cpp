@@ -33,6 +33,7 @@
 #include "gmmgen/codes.h"
 #include "gmmgen/heuristics.h"
 #include "gmmgen/platform.hpp"
+#include "quant/quantize_internal.h"
 #include "quant/vector_runs.h"
 
 namespace gmmgen {
@@ -345,13 +346,14 @@ void check_disjoint(std::initializer_list<Region> regions) {
     }
 }
 
-void for_items(int64_t count, int64_t elements, const std::function<void(int64_t, int64_t)>& fn);
+void for_items(ThreadPool& pool, int64_t count, int64_t elements,
+               const std::function<void(int64_t, int64_t)>& fn);
 
 // Non-finite values are found row by row with a vector scan (rows split over the pool), then the
 // first is located.
-void check_finite(const float* x, int64_t rows, int64_t cols, int64_t ld) {
+void check_finite(ThreadPool& pool, const float* x, int64_t rows, int64_t cols, int64_t ld) {
   std::atomic<int64_t> first_bad{rows};
-  for_items(rows, rows * cols, [&](int64_t r0, int64_t r1) {
+  for_items(pool, rows, rows * cols, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1 && r < first_bad.load(std::memory_order_relaxed); ++r)
       if (quant_runs::any_not_finite(x + r * ld, cols)) {
         for (int64_t seen = first_bad.load();
@@ -429,6 +431,7 @@ struct Source {
   int64_t rows, cols, ld;
   Calibration cal;
   float fixed_scale;  // fixed calibration: every block's scale
+  ThreadPool* pool;   // where the work is split
   // The value encoded for element x: clipped first under fixed calibration.
   double value(float v) const {
     return cal.kind == Calibration::Kind::kFixed ? std::clamp(double(v), cal.lo, cal.hi)
@@ -571,11 +574,12 @@ constexpr int64_t kParallelElements = int64_t(1) << 15;
 // that pays, else here. Every item writes codes and scales of its own only, so the split never
 // changes a bit of the result. An exception (only std::bad_alloc can reach here) is rethrown on
 // the calling thread.
-void for_items(int64_t count, int64_t elements, const std::function<void(int64_t, int64_t)>& fn) {
+void for_items(ThreadPool& pool, int64_t count, int64_t elements,
+               const std::function<void(int64_t, int64_t)>& fn) {
   if (elements < kParallelElements) return fn(0, count);
   std::exception_ptr failed;
   std::mutex mutex;
-  process_pool().parallel_for(count, [&](int64_t begin, int64_t end) {
+  pool.parallel_for(count, [&](int64_t begin, int64_t end) {
     try {
       fn(begin, end);
     } catch (...) {
@@ -627,7 +631,7 @@ void quantize_one_block(const Source& src, const Codec& k, const Output& out) {
   if (src.cal.kind == Calibration::Kind::kAbsmax) {
     std::mutex mutex;
     float amax = 0.0f;
-    for_items(src.rows, elements, [&](int64_t r0, int64_t r1) {
+    for_items(*src.pool, src.rows, elements, [&](int64_t r0, int64_t r1) {
       float a = 0.0f;
       for (int64_t r = r0; r < r1; ++r) a = quant_runs::amax(src.x + r * src.ld, src.cols, a);
       const std::lock_guard<std::mutex> lock(mutex);
@@ -636,7 +640,7 @@ void quantize_one_block(const Source& src, const Codec& k, const Output& out) {
     scale = absmax_scale(amax, k.qmax);
   }
   out.scales[out.layout.index(0, 0)] = scale;
-  for_items(src.rows, elements, [&](int64_t r0, int64_t r1) {
+  for_items(*src.pool, src.rows, elements, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r)
       encode_run<D>(k, src, src.x + r * src.ld, 0, src.cols, &scale, kOneScale,
                     out.codes + r * out.code_stride);
@@ -649,7 +653,7 @@ void quantize_panels(const Source& src, const Codec& k, const Output& out) {
   if (out.scales && l.grid_rows == 1 && l.grid_cols == 1) return quantize_one_block<D>(src, k, out);
   const int64_t chunk = std::min(l.grid_cols, std::max<int64_t>(1, kPanelCols / l.bc));
   const int64_t chunks = ceil_div(l.grid_cols, chunk);
-  for_items(l.grid_rows * chunks, src.rows * src.cols, [&](int64_t i0, int64_t i1) {
+  for_items(*src.pool, l.grid_rows * chunks, src.rows * src.cols, [&](int64_t i0, int64_t i1) {
     std::vector<float> s(static_cast<size_t>(chunk));
     for (int64_t i = i0; i < i1; ++i)
       quantize_panel<D>(src, k, out, chunk, i / chunks, i % chunks, s.data());
@@ -664,45 +668,46 @@ template <DType D>
 void quantize_tiles(const Source& src, const Codec& k, int64_t block, const Output& rows_out,
                     const Output& cols_out) {
   const bool fixed = src.cal.kind == Calibration::Kind::kFixed;
-  for_items(ceil_div(src.rows, block), src.rows * src.cols, [&](int64_t bi0, int64_t bi1) {
-    std::vector<float> rs(static_cast<size_t>(block)), cs(static_cast<size_t>(block));
-    for (int64_t bi = bi0; bi < bi1; ++bi) {
-      const int64_t r0 = bi * block, r1 = std::min(src.rows, r0 + block);
-      for (int64_t bj = 0; bj * block < src.cols; ++bj) {
-        const int64_t c0 = bj * block, c1 = std::min(src.cols, c0 + block);
-        const int64_t nr = r1 - r0, nc = c1 - c0;
-        if (fixed) {
-          std::fill(rs.begin(), rs.begin() + nr, src.fixed_scale);
-          std::fill(cs.begin(), cs.begin() + nc, src.fixed_scale);
-        } else {
-          std::fill(cs.begin(), cs.begin() + nc, 0.0f);
-          for (int64_t r = r0; r < r1; ++r) {
-            const float* row = src.x + r * src.ld + c0;
-            rs[r - r0] = quant_runs::amax(row, nc, 0.0f);
-            quant_runs::amax_columns(cs.data(), row, nc);
-          }
-          for (int64_t i = 0; i < nr; ++i) rs[i] = absmax_scale(rs[i], k.qmax);
-          for (int64_t i = 0; i < nc; ++i) cs[i] = absmax_scale(cs[i], k.qmax);
-        }
-        for (int64_t r = r0; r < r1; ++r)
-          rows_out.scales[rows_out.layout.index(r, bj)] = rs[r - r0];
-        for (int64_t c = c0; c < c1; ++c)
-          cols_out.scales[cols_out.layout.index(bi, c)] = cs[c - c0];
-        for (int64_t r = r0; r < r1; ++r) {
-          const float* row = src.x + r * src.ld;
-          uint8_t* rcodes = rows_out.codes + r * rows_out.code_stride;
-          uint8_t* ccodes = cols_out.codes + r * cols_out.code_stride;
-          encode_run<D>(k, src, row, c0, c1, &rs[size_t(r - r0)], kOneScale, rcodes);
-          encode_run<D>(k, src, row, c0, c1, cs.data(), 1, ccodes);
-        }
-      }
-    }
-  });
+  for_items(*src.pool, ceil_div(src.rows, block), src.rows * src.cols,
+            [&](int64_t bi0, int64_t bi1) {
+              std::vector<float> rs(static_cast<size_t>(block)), cs(static_cast<size_t>(block));
+              for (int64_t bi = bi0; bi < bi1; ++bi) {
+                const int64_t r0 = bi * block, r1 = std::min(src.rows, r0 + block);
+                for (int64_t bj = 0; bj * block < src.cols; ++bj) {
+                  const int64_t c0 = bj * block, c1 = std::min(src.cols, c0 + block);
+                  const int64_t nr = r1 - r0, nc = c1 - c0;
+                  if (fixed) {
+                    std::fill(rs.begin(), rs.begin() + nr, src.fixed_scale);
+                    std::fill(cs.begin(), cs.begin() + nc, src.fixed_scale);
+                  } else {
+                    std::fill(cs.begin(), cs.begin() + nc, 0.0f);
+                    for (int64_t r = r0; r < r1; ++r) {
+                      const float* row = src.x + r * src.ld + c0;
+                      rs[r - r0] = quant_runs::amax(row, nc, 0.0f);
+                      quant_runs::amax_columns(cs.data(), row, nc);
+                    }
+                    for (int64_t i = 0; i < nr; ++i) rs[i] = absmax_scale(rs[i], k.qmax);
+                    for (int64_t i = 0; i < nc; ++i) cs[i] = absmax_scale(cs[i], k.qmax);
+                  }
+                  for (int64_t r = r0; r < r1; ++r)
+                    rows_out.scales[rows_out.layout.index(r, bj)] = rs[r - r0];
+                  for (int64_t c = c0; c < c1; ++c)
+                    cols_out.scales[cols_out.layout.index(bi, c)] = cs[c - c0];
+                  for (int64_t r = r0; r < r1; ++r) {
+                    const float* row = src.x + r * src.ld;
+                    uint8_t* rcodes = rows_out.codes + r * rows_out.code_stride;
+                    uint8_t* ccodes = cols_out.codes + r * cols_out.code_stride;
+                    encode_run<D>(k, src, row, c0, c1, &rs[size_t(r - r0)], kOneScale, rcodes);
+                    encode_run<D>(k, src, row, c0, c1, cs.data(), 1, ccodes);
+                  }
+                }
+              }
+            });
 }
 
 Source make_source(const float* x, int64_t rows, int64_t cols, int64_t ld, const Calibration& c,
-                   const Codec& k) {
-  Source s{x, rows, cols, ld, c, 1.0f};
+                   const Codec& k, ThreadPool& pool) {
+  Source s{x, rows, cols, ld, c, 1.0f, &pool};
   if (c.kind == Calibration::Kind::kFixed) s.fixed_scale = positive_scale(fixed_bound(c) / k.qmax);
   return s;
 }
@@ -776,12 +781,27 @@ uint8_t encode_code(DType dtype, double v) {
   return with_dtype(dtype, [&](auto d) { return encode<decltype(d)::value>(k, v); });
 }
 
-void quantize(const float* x, int64_t rows, int64_t cols, int64_t x_ld, const QuantizeOptions& o,
-              void* codes, int64_t codes_ld, float* scales, int64_t scales_ld) {
+namespace {
+
+void check_options(const QuantizeOptions& o) {
   check_dtype(o.dtype);
   check_axis(o.axis);
   check_calibration(o.calibration, o.dtype);
   check_scheme(o.scheme, o.dtype, o.calibration, "scheme");
+}
+
+void run_quantize(ThreadPool& pool, const float* x, int64_t rows, int64_t cols, int64_t ld,
+                  const QuantizeOptions& o, const Output& out) {
+  const Codec k(o.dtype);
+  const Source src = make_source(x, rows, cols, ld, o.calibration, k, pool);
+  with_dtype(o.dtype, [&](auto d) { quantize_panels<decltype(d)::value>(src, k, out); });
+}
+
+}  // namespace
+
+void quantize(const float* x, int64_t rows, int64_t cols, int64_t x_ld, const QuantizeOptions& o,
+              void* codes, int64_t codes_ld, float* scales, int64_t scales_ld) {
+  check_options(o);
   Region xr, cr, sr;
   const int64_t ld = check_input(x, rows, cols, x_ld, xr);
   const Output out = check_output("", o.dtype, o.scheme, o.axis, rows, cols, codes, codes_ld,
@@ -789,11 +809,28 @@ void quantize(const float* x, int64_t rows, int64_t cols, int64_t x_ld, const Qu
   cr.name = "codes", sr.name = "scales";
   check_disjoint({xr, cr, sr});
   if (rows == 0 || cols == 0) return;
-  check_finite(x, rows, cols, ld);
+  check_finite(process_pool(), x, rows, cols, ld);
+  run_quantize(process_pool(), x, rows, cols, ld, o, out);
+}
 
-  const Codec k(o.dtype);
-  const Source src = make_source(x, rows, cols, ld, o.calibration, k);
-  with_dtype(o.dtype, [&](auto d) { quantize_panels<decltype(d)::value>(src, k, out); });
+void check_quantize_input(const float* x, int64_t rows, int64_t cols, int64_t x_ld,
+                          const QuantizeOptions& o, ThreadPool& pool) {
+  check_options(o);
+  Region xr;
+  const int64_t ld = check_input(x, rows, cols, x_ld, xr);
+  if (rows > 0 && cols > 0) check_finite(pool, x, rows, cols, ld);
+}
+
+void quantize_checked(const float* x, int64_t rows, int64_t cols, int64_t x_ld,
+                      const QuantizeOptions& o, void* codes, float* scales, ThreadPool& pool) {
+  if (rows == 0 || cols == 0) return;
+  Output out;
+  out.layout = layout_of(o.scheme, o.axis, rows, cols);
+  out.layout.ld = out.layout.shape.cols;
+  out.code_stride = packed_codes_ld(o.dtype, cols) / codes::elements_per_byte(o.dtype);
+  out.codes = static_cast<uint8_t*>(codes);
+  out.scales = o.scheme.kind == QuantKind::kNone ? nullptr : scales;
+  run_quantize(pool, x, rows, cols, x_ld ? x_ld : cols, o, out);
 }
 
 void quantize_dual(const float* x, int64_t rows, int64_t cols, int64_t x_ld,
@@ -817,10 +854,10 @@ void quantize_dual(const float* x, int64_t rows, int64_t cols, int64_t x_ld,
   rcr.name = "row_codes", rsr.name = "row_scales", ccr.name = "col_codes", csr.name = "col_scales";
   check_disjoint({xr, rcr, rsr, ccr, csr});
   if (rows == 0 || cols == 0) return;
-  check_finite(x, rows, cols, ld);
+  check_finite(process_pool(), x, rows, cols, ld);
 
   const Codec k(o.dtype);
-  const Source src = make_source(x, rows, cols, ld, o.calibration, k);
+  const Source src = make_source(x, rows, cols, ld, o.calibration, k, process_pool());
   with_dtype(o.dtype, [&](auto d) {
     quantize_tiles<decltype(d)::value>(src, k, o.scheme.block_k, rows_out, cols_out);
   });
