@@ -16,23 +16,9 @@
 #include <type_traits>
 #include <vector>
 
-#if defined(__x86_64__)
-// GCC 12 warns of "'__Y' may be used uninitialized" inside its own AVX-512 intrinsics (the
-// _mm512_undefined_* idiom, GCC bug 105593): silenced for that header only.
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic push
-#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
-#endif
-#include <immintrin.h>
-#if defined(__GNUC__) && !defined(__clang__)
-#pragma GCC diagnostic pop
-#endif
-#endif
-
 #include "exec/thread_pool.h"
 #include "gmmgen/codes.h"
 #include "gmmgen/heuristics.h"
-#include "gmmgen/platform.hpp"
 #include "quant/quantize_internal.h"
 #include "quant/vector_runs.h"
 
@@ -439,70 +425,6 @@ struct Source {
   }
 };
 
-// ---- fp8 codes eight at a time (AVX-512) ------------------------------------------------------
-// A dual quantization of a dynamic activation sits in every training step's forward, and the
-// scalar cast above took 13 ns per element of it (4096 x 768 in 41 ms). encode_fp8_x8 runs
-// encode_fp8's integer steps on the bits of eight f64 values at once, so that every code is the
-// scalar's (QuantizeCodes.Fp8RowsMatchEncodeCode checks this wherever the host runs AVX-512).
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define GMMGEN_QUANT_X8 1
-#define GMMGEN_AVX512_TARGET __attribute__((target("avx512f,avx512dq,avx512bw,avx512vl")))
-
-GMMGEN_AVX512_TARGET inline __m128i encode_fp8_x8(const Codec& k, __m512d v) {
-  const __m512i one = _mm512_set1_epi64(1), sign_bit = _mm512_set1_epi64(0x80);
-  const __m512i sign = _mm512_and_si512(_mm512_srli_epi64(_mm512_castpd_si512(v), 56), sign_bit);
-  // std::min(|v|, max) is |v| unless max < |v| (no NaN here: values and scales are finite).
-  const __m512d a = _mm512_min_pd(_mm512_abs_pd(v), _mm512_set1_pd(k.max));
-  const __mmask8 nonzero = _mm512_cmp_pd_mask(a, _mm512_set1_pd(k.half_min_subnormal), _CMP_GT_OQ);
-  const __m512i u = _mm512_castpd_si512(a);
-  const __m512i exp = _mm512_sub_epi64(_mm512_srli_epi64(u, 52), _mm512_set1_epi64(1023));
-  const __m512i sig =
-      _mm512_or_si512(_mm512_and_si512(u, _mm512_set1_epi64((int64_t(1) << 52) - 1)),
-                      _mm512_set1_epi64(int64_t(1) << 52));
-  const int frac = k.precision - 1;
-  __m512i e = _mm512_max_epi64(exp, _mm512_set1_epi64(k.emin));
-  // Lanes that round to zero may shift by 64 or more here: the shifts then give 0, unused.
-  const __m512i shift = _mm512_add_epi64(_mm512_set1_epi64(52 - frac), _mm512_sub_epi64(e, exp));
-  __m512i m = _mm512_srlv_epi64(sig, shift);
-  const __m512i rest = _mm512_and_si512(sig, _mm512_sub_epi64(_mm512_sllv_epi64(one, shift), one));
-  const __m512i half = _mm512_sllv_epi64(one, _mm512_sub_epi64(shift, one));
-  const __mmask8 up = _mm512_cmpgt_epu64_mask(rest, half) |
-                      (_mm512_cmpeq_epu64_mask(rest, half) & _mm512_test_epi64_mask(m, one));
-  m = _mm512_mask_add_epi64(m, up, m, one);
-  const __mmask8 carry = _mm512_cmpeq_epu64_mask(m, _mm512_set1_epi64(int64_t(1) << k.precision));
-  m = _mm512_mask_srli_epi64(m, carry, m, 1);
-  e = _mm512_mask_add_epi64(e, carry, e, one);
-  const __m512i implicit = _mm512_set1_epi64(int64_t(1) << frac);
-  const __m512i biased = _mm512_add_epi64(_mm512_sub_epi64(e, _mm512_set1_epi64(k.emin)), one);
-  const __m512i normal = _mm512_or_si512(_mm512_sllv_epi64(biased, _mm512_set1_epi64(frac)),
-                                         _mm512_sub_epi64(m, implicit));
-  const __m512i code = _mm512_mask_blend_epi64(_mm512_cmplt_epu64_mask(m, implicit), normal, m);
-  return _mm512_cvtepi64_epi8(_mm512_mask_or_epi64(sign, nonzero, sign, code));
-}
-
-// codes[c] = encode_fp8(src.value(x[c]) / s) for c in [0, n - n % 8), s = scales[c] when
-// per_column, else scales[0]; returns that count (the caller encodes the rest).
-GMMGEN_AVX512_TARGET int64_t encode_fp8_run(const Codec& k, const Source& src, const float* x,
-                                            const float* scales, bool per_column, int64_t n,
-                                            uint8_t* codes) {
-  const bool fixed = src.cal.kind == Calibration::Kind::kFixed;
-  const __m512d lo = _mm512_set1_pd(src.cal.lo), hi = _mm512_set1_pd(src.cal.hi);
-  __m512d s = _mm512_set1_pd(double(scales[0]));
-  int64_t c = 0;
-  for (; c + 8 <= n; c += 8) {
-    __m512d v = _mm512_cvtps_pd(_mm256_loadu_ps(x + c));
-    // std::clamp: lo when v < lo, hi when hi < v, else v itself (a zero keeps its sign).
-    if (fixed) {
-      v = _mm512_mask_blend_pd(_mm512_cmp_pd_mask(v, lo, _CMP_LT_OQ), v, lo);
-      v = _mm512_mask_blend_pd(_mm512_cmp_pd_mask(hi, v, _CMP_LT_OQ), v, hi);
-    }
-    if (per_column) s = _mm512_cvtps_pd(_mm256_loadu_ps(scales + c));
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + c), encode_fp8_x8(k, _mm512_div_pd(v, s)));
-  }
-  return c;
-}
-#endif
-
 // The codes of row[c0, c1): encode<D>(value(row[c]) / s), s = scales[c - c0] when per_column,
 // else scales[0]; fp8 eight at a time where the CPU has AVX-512.
 // Bits per code of a quantized dtype, at compile time (bits_of is a table lookup).
@@ -530,31 +452,34 @@ void encode_run(const Codec& k, const Source& src, const float* row, int64_t c0,
       c += quant_runs::encode_int(r, row + c0, scales, every, c1 - c0, crow + c0 * kBits / 8);
     }
   }
-#ifdef GMMGEN_QUANT_X8
   if constexpr (D == DType::kF8E4M3 || D == DType::kF8E5M2) {
-    static const bool x8 = host_supports(Isa::kAvx512);
-    if (!x8 && quant_runs::has_fp8_runs() && src.cal.kind == Calibration::Kind::kAbsmax) {
-      const quant_runs::Fp8Format f{k.precision, k.emin, float(k.max), float(k.half_min_subnormal)};
-      // Eight at a time; a group holding a tie of the f32 quotient is encoded here, in f64.
+    const quant_runs::Fp8Format f{k.precision, k.emin, float(k.max), float(k.half_min_subnormal)};
+    if (quant_runs::has_fp8_exact()) {  // AVX-512: eight at a time in f64, every calibration
+      const quant_runs::Clip clip{src.cal.kind == Calibration::Kind::kFixed, src.cal.lo,
+                                  src.cal.hi};
+      if (every == 1 || every >= c1 - c0) {
+        c +=
+            quant_runs::encode_fp8_exact(f, clip, row + c0, scales, every == 1, c1 - c0, crow + c0);
+      } else {  // blocks: each but the last is whole
+        for (int64_t b = 0; b * every < c1 - c0; ++b) {
+          const int64_t cb = c0 + b * every, n = std::min(every, c1 - cb);
+          const int64_t done =
+              quant_runs::encode_fp8_exact(f, clip, row + cb, &scales[b], false, n, crow + cb);
+          for (int64_t i = cb + done; i < cb + n; ++i)
+            crow[i] = encode<D>(k, src.value(row[i]) / double(scales[b]));
+        }
+        return;
+      }
+    } else if (quant_runs::has_fp8_runs() && src.cal.kind == Calibration::Kind::kAbsmax) {
+      // Eight at a time in f32; a group holding a tie of the f32 quotient is encoded here, in f64.
       for (;;) {
         c = c0 + quant_runs::encode_fp8(f, row + c0, scales, every, c - c0, c1 - c0, crow + c0);
         if (c + 8 > c1) break;
         for (const int64_t e = c + 8; c < e; ++c)
           crow[c] = encode<D>(k, double(row[c]) / scales[(c - c0) / every]);
       }
-    } else if (x8 && (every == 1 || every >= c1 - c0)) {
-      c += encode_fp8_run(k, src, row + c0, scales, every == 1, c1 - c0, crow + c0);
-    } else if (x8) {  // blocks: each but the last is whole
-      for (int64_t b = 0; b * every < c1 - c0; ++b) {
-        const int64_t cb = c0 + b * every, n = std::min(every, c1 - cb);
-        const int64_t done = encode_fp8_run(k, src, row + cb, &scales[b], false, n, crow + cb);
-        for (int64_t i = cb + done; i < cb + n; ++i)
-          crow[i] = encode<D>(k, src.value(row[i]) / double(scales[b]));
-      }
-      return;
     }
   }
-#endif
   for (; c < c1; ++c) {
     const double s = scales[(c - c0) / every];
     codes::set_code(crow, c, kBits, encode<D>(k, src.value(row[c]) / s));

@@ -60,4 +60,20 @@ bool has_fp8_runs();
 int64_t encode_fp8(const Fp8Format& f, const float* x, const float* scales, int64_t every,
                    int64_t begin, int64_t n, uint8_t* codes);
 
+// Fixed calibration's clipping of x to [lo, hi] before the quotient (none under absmax).
+struct Clip {
+  bool fixed = false;
+  double lo = 0, hi = 0;
+};
+
+// Whether encode_fp8_exact has vector code on this host (AVX-512).
+bool has_fp8_exact();
+
+// fp8 codes of value(x[i]) / s in f64, eight at a time, for i in [0, k), k = n rounded down to
+// a multiple of 8 (0 without AVX-512): encode_fp8's integer steps on the bits of eight f64
+// quotients, so every code is the scalar's; s = scales[i] when per_column, else scales[0].
+// Returns k; the caller encodes the rest.
+int64_t encode_fp8_exact(const Fp8Format& f, const Clip& clip, const float* x, const float* scales,
+                         bool per_column, int64_t n, uint8_t* codes);
+
 }  // namespace gmmgen::quant_runs
