@@ -749,15 +749,14 @@ void check_grad_quant(const QuantVjp& q) {
     throw InvalidArgument(what + ": the scale max(|lo|, |hi|) / qmax overflows f32");
 }
 
-void check_finite_dout(const TensorView& dout) {
+void check_finite_dout(const TensorView& dout, ThreadPool& pool) {
   const float* p = static_cast<const float*>(dout.data);
   const int64_t m = dout.shape[0], n = dout.shape[1], ld = dout.ld ? dout.ld : n;
-  for (int64_t r = 0; r < m; ++r)
-    for (int64_t c = 0; c < n; ++c)
-      if (!std::isfinite(p[r * ld + c]))
-        throw InvalidArgument("dout[" + std::to_string(r) + ", " + std::to_string(c) +
-                              "]=" + std::to_string(p[r * ld + c]) +
-                              " is not finite: the runtime quantizes dout (quant.grad_dtype)");
+  int64_t r, c;
+  if (first_not_finite(p, m, n, ld, pool, r, c))
+    throw InvalidArgument("dout[" + std::to_string(r) + ", " + std::to_string(c) +
+                          "]=" + std::to_string(p[r * ld + c]) +
+                          " is not finite: the runtime quantizes dout (quant.grad_dtype)");
 }
 
 // The error for a folded dout[r, c] * s[j, c] past the f32 range (it has no code).
@@ -923,7 +922,7 @@ void Runtime::gmm_vjp(const TensorView& dout, const TensorView& lhs, const Tenso
     check_vjp_rhs_scales(*q, group_sizes, o.group_offset, g_local,
                          o.transpose_rhs ? rhs.shape[2] : rhs.shape[1], n, o.transpose_rhs);
     if ((quant_grad || fold) && m > 0 && !dout.data) throw InvalidArgument("dout is NULL");
-    if (quant_grad) check_finite_dout(dout);
+    if (quant_grad) check_finite_dout(dout, impl_->pool);
   }
   // dlhs is written before drhs's tgmm reads lhs (and its scales): they must not share memory.
   if (overlap(byte_range(dlhs), byte_range(lhs)))

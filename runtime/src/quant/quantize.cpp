@@ -338,23 +338,10 @@ void for_items(ThreadPool& pool, int64_t count, int64_t elements,
 // Non-finite values are found row by row with a vector scan (rows split over the pool), then the
 // first is located.
 void check_finite(ThreadPool& pool, const float* x, int64_t rows, int64_t cols, int64_t ld) {
-  std::atomic<int64_t> first_bad{rows};
-  for_items(pool, rows, rows * cols, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1 && r < first_bad.load(std::memory_order_relaxed); ++r)
-      if (quant_runs::any_not_finite(x + r * ld, cols)) {
-        for (int64_t seen = first_bad.load();
-             r < seen && !first_bad.compare_exchange_weak(seen, r);) {
-        }
-        return;
-      }
-  });
-  for (int64_t r = first_bad.load(); r < rows; ++r) {
-    const float* row = x + r * ld;
-    for (int64_t c = 0; c < cols; ++c)
-      if (!std::isfinite(row[c]))
-        fail("x[" + std::to_string(r) + ", " + std::to_string(c) + "]=" + num(row[c]) +
-             " is not finite (quantize takes finite values)");
-  }
+  int64_t r, c;
+  if (first_not_finite(x, rows, cols, ld, pool, r, c))
+    fail("x[" + std::to_string(r) + ", " + std::to_string(c) + "]=" + num(x[r * ld + c]) +
+         " is not finite (quantize takes finite values)");
 }
 
 // One operand's output: codes and (unless scheme none) scales, with their validated layout.
@@ -736,6 +723,25 @@ void quantize(const float* x, int64_t rows, int64_t cols, int64_t x_ld, const Qu
   if (rows == 0 || cols == 0) return;
   check_finite(process_pool(), x, rows, cols, ld);
   run_quantize(process_pool(), x, rows, cols, ld, o, out);
+}
+
+bool first_not_finite(const float* x, int64_t rows, int64_t cols, int64_t ld, ThreadPool& pool,
+                      int64_t& row, int64_t& col) {
+  // Rows scanned in vector code, split over the pool; rows past a bad one found are skipped.
+  std::atomic<int64_t> first_bad{rows};
+  for_items(pool, rows, rows * cols, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1 && r < first_bad.load(std::memory_order_relaxed); ++r)
+      if (quant_runs::any_not_finite(x + r * ld, cols)) {
+        for (int64_t seen = first_bad.load();
+             r < seen && !first_bad.compare_exchange_weak(seen, r);) {
+        }
+        return;
+      }
+  });
+  row = first_bad.load();
+  if (row == rows) return false;
+  for (col = 0; col < cols && std::isfinite(x[row * ld + col]);) ++col;
+  return true;
 }
 
 void check_quantize_input(const float* x, int64_t rows, int64_t cols, int64_t x_ld,

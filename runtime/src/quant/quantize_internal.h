@@ -10,6 +10,11 @@
 
 namespace gmmgen {
 
+// Whether x [rows, cols] (rows ld apart) holds an inf or NaN; if so, the first one's row and
+// column (row-major order). Rows split over `pool`.
+bool first_not_finite(const float* x, int64_t rows, int64_t cols, int64_t ld, ThreadPool& pool,
+                      int64_t& row, int64_t& col);
+
 // What quantize() checks of the options and of x, x's values included (split over `pool`);
 // nothing of the outputs.
 void check_quantize_input(const float* x, int64_t rows, int64_t cols, int64_t x_ld,
