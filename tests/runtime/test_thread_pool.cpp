@@ -1,8 +1,12 @@
 // The thread pool: every item once, on several threads, and nested calls kept on the calling
 // thread (a quantizer called from a kernel's work item must not start a second crew).
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -45,6 +49,31 @@ TEST(ThreadPool, NestedCallsRunOnTheCallingThread) {
   EXPECT_EQ(64 * 3 * 8, nested_items);
   EXPECT_EQ(0, nested_elsewhere);
   EXPECT_EQ(2u, outer_threads.size());  // the outer call itself did use both threads
+}
+
+// A child forked after the parent used the quantizers' pool has none of its threads: the child's
+// first call must start a pool of its own, not wait for the parent's workers forever.
+TEST(ThreadPool, ForkedChildGetsAPoolOfItsOwn) {
+  std::atomic<int64_t> items{0};
+  process_pool().parallel_for(64, [&](int64_t b, int64_t e) { items += e - b; });
+  ASSERT_EQ(items.load(), 64);
+  const pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    std::atomic<int64_t> n{0};
+    process_pool().parallel_for(64, [&](int64_t b, int64_t e) { n += e - b; });
+    _exit(n.load() == 64 ? 0 : 1);
+  }
+  int status = 0;
+  pid_t done = 0;
+  for (int i = 0; i < 600 && (done = waitpid(child, &status, WNOHANG)) == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  if (done == 0) {
+    kill(child, SIGKILL);
+    waitpid(child, &status, 0);
+    FAIL() << "the forked child's parallel_for did not return within 30 s";
+  }
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
 }
 
 }  // namespace

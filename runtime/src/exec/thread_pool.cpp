@@ -1,5 +1,7 @@
 #include "exec/thread_pool.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdlib>
 #include <string_view>
@@ -41,8 +43,15 @@ int default_threads() {
 }
 
 ThreadPool& process_pool() {
-  static ThreadPool pool(default_threads());
-  return pool;
+  // Made on first use in each process: a child forked after the parent made its pool has none of
+  // the parent's threads, and waiting for them would never end. Never destroyed (a quantizer may
+  // run during static destruction; the workers end with the process).
+  static std::mutex mutex;
+  static ThreadPool* pool = nullptr;
+  static pid_t owner = 0;
+  const std::lock_guard<std::mutex> lock(mutex);
+  if (!pool || owner != getpid()) pool = new ThreadPool(default_threads()), owner = getpid();
+  return *pool;
 }
 
 ThreadPool::ThreadPool(int threads) {

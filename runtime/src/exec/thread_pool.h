@@ -50,7 +50,7 @@ class ThreadPool {
 int default_threads();
 
 // The pool of work outside any Runtime (the quantizers of gmmgen/quantize.hpp): default_threads()
-// threads, started on first use.
+// threads, started on first use in each process (a forked child starts its own).
 ThreadPool& process_pool();
 
 }  // namespace gmmgen
