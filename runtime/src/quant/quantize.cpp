@@ -421,8 +421,8 @@ constexpr int code_bits() {
 }
 
 // The codes of row[c0, c1): encode<D>(value(row[c]) / s), s = scales[(c - c0) / every], every
-// being 1 (a scale per column), a block length (a multiple of 16) or kOneScale; i8 and i4 in vector
-// code, fp8 eight at a time where the CPU has AVX-512.
+// being 1 (a scale per column), a block length (a power of two >= 16) or kOneScale; i8 and i4 in
+// vector code, fp8 eight at a time where the CPU has AVX-512.
 constexpr int64_t kOneScale = quant_runs::kOneScale;
 
 template <DType D>
@@ -473,10 +473,12 @@ void encode_run(const Codec& k, const Source& src, const float* row, int64_t c0,
   }
 }
 
-// The run length of a panel's scales: 1 per column, else its blocks' length rounded up to 16 (a
-// block length is a power of two >= 16; a longer "block" is the whole row).
+// The run length of a panel's scales: 1 per column, else its blocks' length rounded up to a power
+// of two (a block length already is one, >= 16; a longer "block" is the whole row).
 int64_t scale_run(int64_t bc) {
-  return bc == 1 ? 1 : (bc + 15) / 16 * 16;
+  int64_t run = 1;
+  while (run < bc) run *= 2;
+  return bc == 1 ? 1 : std::max<int64_t>(run, 16);
 }
 
 // Inputs of fewer elements are quantized on the calling thread: waking the pool costs more.

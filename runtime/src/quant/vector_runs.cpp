@@ -114,9 +114,10 @@ GMMGEN_RUNS_AVX2 inline __m256 rounded8(const IntRun& r, __m256 x, __m256 s, __m
 GMMGEN_RUNS_AVX2 int64_t encode_int_avx2(const IntRun& r, const float* x, const float* scales,
                                          int64_t every, int64_t n, uint8_t* codes) {
   const bool per_column = every == 1;
+  const int shift = __builtin_ctzll(uint64_t(every));  // a power of two: no division per group
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const float sc = per_column ? 0.0f : scales[i / every];
+    const float sc = per_column ? 0.0f : scales[i >> shift];
     const __m256d s1 = _mm256_set1_pd(double(sc));
     const __m256 s8 = _mm256_set1_ps(sc);
     __m128i b;
@@ -149,12 +150,13 @@ GMMGEN_RUNS_AVX2 int64_t encode_int_avx2(const IntRun& r, const float* x, const 
 
 GMMGEN_RUNS_AVX2 int64_t encode_fp8_avx2(const Fp8Format& f, const float* x, const float* scales,
                                          int64_t every, int64_t i, int64_t n, uint8_t* codes) {
+  const int shift = __builtin_ctzll(uint64_t(every));  // a power of two: no division per group
   const __m256i one = _mm256_set1_epi32(1), emin = _mm256_set1_epi32(f.emin);
   const int frac = f.precision - 1;  // stored significand bits
   const __m256i implicit = _mm256_set1_epi32(1 << frac), full = _mm256_set1_epi32(1 << f.precision);
   const __m256 max = _mm256_set1_ps(f.max), half_min = _mm256_set1_ps(f.half_min_subnormal);
   for (; i + 8 <= n; i += 8) {
-    const __m256 s = every == 1 ? _mm256_loadu_ps(scales + i) : _mm256_set1_ps(scales[i / every]);
+    const __m256 s = every == 1 ? _mm256_loadu_ps(scales + i) : _mm256_set1_ps(scales[i >> shift]);
     const __m256 q = _mm256_div_ps(_mm256_loadu_ps(x + i), s);
     const __m256i sign =
         _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(q), 24), _mm256_set1_epi32(0x80));
@@ -241,10 +243,11 @@ GMMGEN_RUNS_AVX512 inline __m256i codes8(const IntRun& r, __m256 x, __m512d s) {
 GMMGEN_RUNS_AVX512 int64_t encode_int_avx512(const IntRun& r, const float* x, const float* scales,
                                              int64_t every, int64_t n, uint8_t* codes) {
   const bool per_column = every == 1;
+  const int shift = __builtin_ctzll(uint64_t(every));  // a power of two: no division per group
   const __m512 q = _mm512_set1_ps(float(r.qmax));
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const float sc = per_column ? 0.0f : scales[i / every];
+    const float sc = per_column ? 0.0f : scales[i >> shift];
     const __m512d s1 = _mm512_set1_pd(double(sc));
     const __m512 s16 = _mm512_set1_ps(sc);
     __m512i c32;

@@ -35,8 +35,8 @@ inline constexpr int64_t kOneScale = int64_t(1) << 60;
 
 // The codes of x[0, k) for the largest k <= n that the vector code covers (0 without vector
 // code; k a multiple of 16): code = round_even(clamp(value(x) / s, -qmax, qmax)) as in f64,
-// s = scales[i / every], every being 1, a multiple of 16 or kOneScale. `codes` points at the byte
-// of element 0 (element 0 starts a byte). Returns k; the caller encodes the rest.
+// s = scales[i / every], every being 1, a power of two >= 16 or kOneScale. `codes` points at the
+// byte of element 0 (element 0 starts a byte). Returns k; the caller encodes the rest.
 int64_t encode_int(const IntRun& r, const float* x, const float* scales, int64_t every, int64_t n,
                    uint8_t* codes);
 
