@@ -504,6 +504,15 @@ nlohmann::ordered_json Row::to_json() const {
   return j;
 }
 
+std::string dtypes_label(const std::string& lhs, const std::string& lhs_quant,
+                         const std::string& rhs, const std::string& rhs_quant,
+                         const std::string& out) {
+  const auto side = [](const std::string& d, const std::string& q) {
+    return q == "none" ? d : d + "@" + q;
+  };
+  return side(lhs, lhs_quant) + "x" + side(rhs, rhs_quant) + "->" + out;
+}
+
 void set_roofline(Row& r, double bandwidth_gbs) {
   if (r.path_peak_gflops > 0) r.path_fraction = r.gflops / r.path_peak_gflops;
   if (r.path_peak_gflops <= 0 || bandwidth_gbs <= 0 || r.ms <= 0) return;

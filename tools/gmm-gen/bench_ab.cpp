@@ -144,10 +144,7 @@ class Side {
 };
 
 std::string dtypes(const bench::AbRow& r) {
-  const auto side = [&](const std::string& d, const std::string& q) {
-    return q == "none" ? d : d + "@" + q;
-  };
-  return side(r.lhs, r.lhs_quant) + "x" + side(r.rhs, r.rhs_quant) + "->" + r.out;
+  return bench::dtypes_label(r.lhs, r.lhs_quant, r.rhs, r.rhs_quant, r.out);
 }
 
 }  // namespace

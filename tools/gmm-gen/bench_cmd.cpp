@@ -47,12 +47,8 @@ void add_quantized(std::vector<Job>& jobs, const Job& q, const Job& f) {
   jobs.back().float_job = index;
 }
 
-// "lhs x rhs -> out", with the scale schemes of quantized operands: bf16xi8@channel->f32.
 std::string dtypes_label(const bench::Row& r) {
-  const auto side = [&](const std::string& d, const std::string& q) {
-    return q == "none" ? d : d + "@" + q;
-  };
-  return side(r.lhs, r.lhs_quant) + "x" + side(r.rhs, r.rhs_quant) + "->" + r.out;
+  return bench::dtypes_label(r.lhs, r.lhs_quant, r.rhs, r.rhs_quant, r.out);
 }
 
 std::vector<std::string> split(const std::string& s) {

@@ -8,9 +8,10 @@
 namespace gmmgen::cli {
 
 // A private temporary folder (mkdtemp: a fresh name that did not exist, mode 0700) under $TMPDIR,
-// named gmm-gen-<command>-XXXXXX, removed on scope exit. Refuses (std::runtime_error naming the
-// command) a parent that another user could change: they could rename the folder away and put
-// their own in its place, and the command would compile and load their code.
+// named gmm-gen-<command>- and six random characters, removed on scope exit. Refuses
+// (std::runtime_error naming the command) a parent that another user could change: they could
+// rename the folder away and put their own in its place, and the command would compile and load
+// their code.
 struct TempDir {
   std::filesystem::path path;
   explicit TempDir(const std::string& command);

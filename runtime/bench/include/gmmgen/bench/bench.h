@@ -175,6 +175,12 @@ struct Row {
   nlohmann::ordered_json to_json() const;
 };
 
+// "lhs x rhs -> out" with the scale schemes of quantized operands, as the tables print a row's
+// dtypes: bf16xi8@channel->f32.
+std::string dtypes_label(const std::string& lhs, const std::string& lhs_quant,
+                         const std::string& rhs, const std::string& rhs_quant,
+                         const std::string& out);
+
 // Sets a timed row's fraction of its path's peak and its roofline, max(flops / path peak,
 // bytes / bandwidth) against the measured time, and bound, where both figures are known.
 void set_roofline(Row& r, double bandwidth_gbs);
