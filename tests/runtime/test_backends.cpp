@@ -57,8 +57,9 @@ TEST(Backends, CppBackendBuildsLoadsAndRunsAKernelThroughTheInterface) {
     std::ofstream(dir.path / rel) << content;
   }
   const fs::path artifact = dir.path / "kernel.so";
-  run_build(backend.build_command(backend.toolchain(spec), dir.path / src.main, dir.path, artifact),
-            dir.path / src.main, artifact);
+  run_build(
+      backend.build_command(backend.toolchain(spec), dir.path / src.main, dir.path, artifact, {}),
+      dir.path / src.main, artifact);
   EXPECT_EQ(key, backend.artifact_key(artifact));
   EXPECT_EQ(kernel_name(spec), src.metadata["name"]);
   EXPECT_THROW(backend.load(artifact, key + "0", spec), CacheError);  // reports another key

@@ -47,8 +47,9 @@ class KernelCache {
   // disturbed. Returns the removed entries.
   std::vector<CacheEntry> prune(std::optional<int64_t> unused_before,
                                 std::optional<uintmax_t> max_bytes);
-  // Removes every entry and every name that is not one (a link goes, never its target);
-  // returns the number of entries removed. Tuning tables stay.
+  // Removes every entry, the precompiled preludes kept in the folder (.pch/), and every name that
+  // is not an entry (a link goes, never its target); returns the number of entries removed.
+  // Tuning tables stay.
   size_t clear();
 
  private:

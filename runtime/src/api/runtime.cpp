@@ -207,14 +207,15 @@ struct Runtime::Impl final : ExitReport {
         key.c_str());
     LoadedKernel loaded;
     const CompilerConfig cc = backend.toolchain(spec);
-    const JitArtifact artifact{[&](const fs::path& main, const fs::path& dir, const fs::path& out) {
-                                 return backend.build_command(cc, main, dir, out);
-                               },
-                               [&](const fs::path& file) { return backend.artifact_key(file); },
-                               [&](const fs::path& file) {
-                                 loaded = backend.load(file, key, spec);
-                                 return std::string();
-                               }};
+    const JitArtifact artifact{
+        [&](const fs::path& main, const fs::path& dir, const fs::path& out,
+            const fs::path& prelude) { return backend.build_command(cc, main, dir, out, prelude); },
+        [&](const fs::path& file) { return backend.artifact_key(file); },
+        [&](const fs::path& file) {
+          loaded = backend.load(file, key, spec);
+          return std::string();
+        },
+        cc};
     try {
       if (!jit.get(
               key, artifact, [&] { return backend.sources(spec, key); }, jit_enabled)) {
@@ -308,7 +309,7 @@ void compile_kernel(const KernelSpec& spec, const fs::path& source, const fs::pa
                     const fs::path& output) {
   validate(spec);
   const Backend& backend = backend_for(spec);
-  run_build(backend.build_command(backend.toolchain(spec), source, include_dir, output), source,
+  run_build(backend.build_command(backend.toolchain(spec), source, include_dir, output, {}), source,
             output);
 }
 

@@ -48,11 +48,12 @@ class Backend {
   // and the entry metadata (entry.json).
   virtual JitSources sources(const KernelSpec& spec, const std::string& key) const = 0;
   // The command that builds the artifact file `artifact` from `main`, with `dir` (the sources'
-  // folder) on the include path.
+  // folder) on the include path and `prelude` (jit/prelude.h) included first unless empty.
   virtual std::vector<std::string> build_command(const CompilerConfig& cc,
                                                  const std::filesystem::path& main,
                                                  const std::filesystem::path& dir,
-                                                 const std::filesystem::path& artifact) const = 0;
+                                                 const std::filesystem::path& artifact,
+                                                 const std::filesystem::path& prelude) const = 0;
 
   // ---- Loader: artifact -> entry points.
   // The cache key an artifact file holds, read without running any of it; throws CacheError.

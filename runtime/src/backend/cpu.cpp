@@ -42,9 +42,9 @@ class CpuBackend final : public Backend {
   }
 
   std::vector<std::string> build_command(const CompilerConfig& cc, const fs::path& main,
-                                         const fs::path& dir,
-                                         const fs::path& artifact) const override {
-    return compile_command(cc, main, dir, artifact);
+                                         const fs::path& dir, const fs::path& artifact,
+                                         const fs::path& prelude) const override {
+    return compile_command(cc, main, dir, artifact, prelude);
   }
 
   std::string artifact_key(const fs::path& artifact) const override {

@@ -18,56 +18,13 @@
 
 #include "gmmgen/hash.h"
 #include "jit/cache_entry.h"
+#include "jit/cache_files.h"
+#include "jit/prelude.h"
 #include "jit/toolchain.h"
 
 namespace gmmgen {
 namespace fs = std::filesystem;
 namespace {
-
-// Throws unless p (not followed if a symlink) belongs to us and is not group/other-writable.
-void require_safe(const fs::path& p, bool want_dir) {
-  struct stat st;
-  if (lstat(p.c_str(), &st) != 0)
-    throw CacheError("cache: cannot stat " + p.string() + ": " + std::strerror(errno));
-  if (want_dir ? !S_ISDIR(st.st_mode) : !S_ISREG(st.st_mode))
-    throw CacheError("cache: refusing " + p.string() + ": not a " +
-                     (want_dir ? "directory" : "regular file"));
-  if (st.st_uid != geteuid())
-    throw CacheError("cache: refusing " + p.string() + ": owned by uid " +
-                     std::to_string(st.st_uid) + ", not by the current user (uid " +
-                     std::to_string(geteuid()) + ")");
-  if (st.st_mode & (S_IWGRP | S_IWOTH))
-    throw CacheError("cache: refusing " + p.string() + ": writable by group or others (mode " +
-                     [&] {
-                       std::ostringstream os;
-                       os << std::oct << (st.st_mode & 07777);
-                       return os.str();
-                     }() +
-                     ")");
-}
-
-void make_private_dir(const fs::path& p) {
-  if (mkdir(p.c_str(), 0700) != 0 && errno != EEXIST)
-    throw CacheError("cache: cannot create " + p.string() + ": " + std::strerror(errno));
-  require_safe(p, true);
-}
-
-void fsync_path(const fs::path& p, bool dir) {
-  const int fd = open(p.c_str(), (dir ? O_DIRECTORY : 0) | O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw CacheError("cache: cannot open " + p.string() + ": " + std::strerror(errno));
-  const int rc = fsync(fd);
-  close(fd);
-  if (rc != 0) throw CacheError("cache: fsync " + p.string() + ": " + std::strerror(errno));
-}
-
-// A fresh private folder <prefix>-XXXXXX under parent (mkdtemp: never a predictable name).
-fs::path make_temp_dir(const fs::path& parent, const std::string& prefix) {
-  std::string templ = (parent / (prefix + "-XXXXXX")).string();
-  if (!mkdtemp(templ.data()))
-    throw CacheError("cache: cannot create a folder in " + parent.string() + ": " +
-                     std::strerror(errno));
-  return templ;
-}
 
 // Runs fn, turning the library's filesystem and JSON errors into CacheError, so that callers
 // see the cache's error type (a full disk, a read-only root) and nothing else.
@@ -95,57 +52,6 @@ void discard(const fs::path& root, const fs::path& dir) {
   if (ec) fs::remove_all(dir, ec);  // could not move it: remove it where it is
   if (!trash.empty()) fs::remove_all(trash, ec);
 }
-
-// flock-held lock file, released on destruction. The holder writes its pid into the file, so
-// that a waiter that gives up can name it. The wait is bounded: a holder builds at most one
-// kernel (a probe and a compile, each within the compile time limit), so a lock held for twice
-// that limit and more belongs to a process that is stopped (SIGSTOP, a debugger) or hung.
-class FileLock {
- public:
-  explicit FileLock(const fs::path& p) {
-    using Clock = std::chrono::steady_clock;
-    const int limit_s = 2 * compile_timeout_seconds() + 2;
-    const auto deadline = Clock::now() + std::chrono::seconds(limit_s);
-    fd_ = open(p.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | O_NOFOLLOW, 0600);
-    if (fd_ < 0)
-      throw CacheError("cache: cannot open lock " + p.string() + ": " + std::strerror(errno));
-    for (int pause_us = 1000; flock(fd_, LOCK_EX | LOCK_NB) != 0;) {
-      if (errno == EINTR) continue;
-      if (errno != EWOULDBLOCK || Clock::now() >= deadline) {
-        const int err = errno;
-        const std::string holder = holder_pid();
-        close(fd_);
-        if (err != EWOULDBLOCK)
-          throw CacheError("cache: cannot lock " + p.string() + ": " + std::strerror(err));
-        throw CacheError("cache: gave up after " + std::to_string(limit_s) + " s waiting for " +
-                         p.string() + ", held by pid " + holder +
-                         " (building the same kernel); a holder stopped or hung that long "
-                         "blocks this key: end it, or raise GMMGEN_COMPILE_TIMEOUT");
-      }
-      usleep(useconds_t(pause_us));
-      pause_us = std::min(pause_us * 2, 50'000);
-    }
-    char pid[24];
-    const int n = std::snprintf(pid, sizeof pid, "%d\n", int(getpid()));
-    if (ftruncate(fd_, 0) != 0 || pwrite(fd_, pid, size_t(n), 0) != n) {
-      // Only the message of a later waiter loses the pid.
-    }
-  }
-  ~FileLock() { close(fd_); }  // closing releases the flock
-  FileLock(const FileLock&) = delete;
-  FileLock& operator=(const FileLock&) = delete;
-
- private:
-  // The pid the holder wrote, or "unknown".
-  std::string holder_pid() const {
-    char buf[24] = {0};
-    const ssize_t n = pread(fd_, buf, sizeof buf - 1, 0);
-    std::string s(buf, size_t(std::max<ssize_t>(n, 0)));
-    while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-    return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos ? s : "unknown";
-  }
-  int fd_ = -1;
-};
 
 // Removes the build folders (<key>-XXXXXX in .tmp) of builds that no longer run: a process
 // killed mid-compile leaves its folder. A build holds its key's lock for as long as its folder
@@ -194,9 +100,9 @@ fs::path DiskCache::default_root() {
 DiskCache::DiskCache(fs::path root) : root_(std::move(root)) {
   std::error_code ec;
   if (!root_.parent_path().empty()) fs::create_directories(root_.parent_path(), ec);
-  make_private_dir(root_);
-  make_private_dir(root_ / ".locks");
-  make_private_dir(root_ / ".tmp");
+  make_cache_dir(root_);
+  make_cache_dir(root_ / ".locks");
+  make_cache_dir(root_ / ".tmp");
   reclaim_stale_builds(root_);
 }
 
@@ -367,6 +273,9 @@ int DiskCache::clear() {
                        std::strerror(errno));
     }
   }
+  // The precompiled preludes kept in this cache (not those of $GMMGEN_PCH_DIR, which other
+  // caches may share).
+  PreludeStore(root_ / ".pch").clear();
   std::error_code ec;
   // Lock files stay: another process may hold one, and a new file would give a second lock.
   // Temporary folders go once they are an hour old (a live build takes seconds).

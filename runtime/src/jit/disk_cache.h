@@ -7,6 +7,8 @@
 //   <key>/last-use      empty; its mtime is when a process last loaded the entry (for prune)
 //   .locks/<key>.lock   per-key lock file (flock), so concurrent processes build a key once
 //   .tmp/               entries being built; installed with one rename after fsync
+//   .pch/               precompiled preludes (jit/prelude.h), unless $GMMGEN_PCH_DIR names
+//                       another folder
 // An entry is used only if the root, the entry folder and its files belong to the current user
 // and are not writable by group or others (otherwise: CacheError, nothing is loaded), and if
 // kernel.so has the size and hash recorded in entry.json (otherwise it is rebuilt).
@@ -78,8 +80,9 @@ class DiskCache {
     int64_t used = 0;   // Unix seconds: last-use's mtime, else `built`
   };
   std::vector<Listing> list() const;
-  // Removes every entry (and temporary leftovers) and every name that is not an entry (a link
-  // goes, never its target); returns the number of entries removed.
+  // Removes every entry (and temporary leftovers), the precompiled preludes of .pch/, and every
+  // name that is not an entry (a link goes, never its target); returns the number of entries
+  // removed.
   int clear();
 
   // Removes entries, least recently used first: every entry last used before `unused_before`

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <utility>
 
 #include "jit/toolchain.h"
 
@@ -30,7 +31,8 @@ std::string seconds_text(int64_t ns) {
 
 }  // namespace
 
-JitCache::JitCache(fs::path root, Log log) : root_(std::move(root)), log_(std::move(log)) {}
+JitCache::JitCache(fs::path root, Log log)
+    : root_(std::move(root)), log_(std::move(log)), preludes_(PreludeStore::default_dir(root_)) {}
 
 std::string JitCache::load(const JitArtifact& artifact, const fs::path& file,
                            const std::string& key) {
@@ -52,6 +54,22 @@ DiskCache& JitCache::disk() {
 
 bool JitCache::valid(const std::string& key) {
   return disk().check(key) == DiskCache::State::kValid;
+}
+
+fs::path JitCache::prelude(const CompilerConfig& cc, const JitSources& src) {
+  std::string why;
+  bool built = false;
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::optional<fs::path> header =
+      preludes_.header(cc, prelude_text(src.files), &why, &built);
+  if (!header) {
+    log_(Level::kDebug, "no precompiled prelude: " + why);
+    return {};
+  }
+  if (built)
+    log_(Level::kInfo,
+         "precompiled the prelude " + header->string() + " in " + seconds_text(ns_since(t0)));
+  return *header;
 }
 
 bool JitCache::get(const std::string& key, const JitArtifact& artifact,
@@ -83,6 +101,7 @@ bool JitCache::get(const std::string& key, const JitArtifact& artifact,
   // that loading the installed entry, the same file renamed, does not map it again).
   auto try_load = [&](const fs::path& file) { return load(artifact, file, key); };
   std::string main;
+  fs::path prelude;
   int64_t compile_ns = 0;
   const bool built = disk_->build_locked(
       key,
@@ -90,10 +109,25 @@ bool JitCache::get(const std::string& key, const JitArtifact& artifact,
         const JitSources src = sources();
         write_sources(dir, src);
         main = src.main;
-        log_(Level::kInfo, "compiling " + key);
+        const fs::path out = dir / DiskCache::kArtifactFile;
         const auto c0 = std::chrono::steady_clock::now();
-        run_build(artifact.command(dir / src.main, dir, dir / DiskCache::kArtifactFile),
-                  dir / src.main, dir / DiskCache::kArtifactFile);
+        if (artifact.compiler) prelude = this->prelude(*artifact.compiler, src);
+        log_(Level::kInfo, "compiling " + key);
+        try {
+          run_build(artifact.command(dir / src.main, dir, out, prelude), dir / src.main, out);
+        } catch (const CompileError& e) {
+          if (prelude.empty()) throw;
+          // Again without it: the error is the plain compile's if that fails too; if it does
+          // not, the prelude was at fault (say, a header it was built from changed since).
+          const fs::path bad = std::exchange(prelude, fs::path());
+          std::error_code ec;
+          fs::remove(out, ec);
+          run_build(artifact.command(dir / src.main, dir, out, prelude), dir / src.main, out);
+          preludes_.drop(bad);
+          log_(Level::kWarn, "compiling " + key + " with the precompiled prelude " + bad.string() +
+                                 " failed, without it succeeded; it is dropped:\n" +
+                                 std::string(e.what()).substr(0, 2000));
+        }
         compile_ns = ns_since(c0);
         counters_.compile_ns += compile_ns;
         return src.metadata;
@@ -104,9 +138,9 @@ bool JitCache::get(const std::string& key, const JitArtifact& artifact,
     // The command that ran, with the installed entry's paths in place of the temporary folder
     // (the sources stay in the entry), writing the artifact into the current folder.
     const fs::path entry = disk_->entry_dir(key);
-    log_(Level::kDebug,
-         "compiled " + key + " in " + seconds_text(compile_ns) + ": " +
-             format_command(artifact.command(entry / main, entry, DiskCache::kArtifactFile)));
+    log_(Level::kDebug, "compiled " + key + " in " + seconds_text(compile_ns) + ": " +
+                            format_command(artifact.command(entry / main, entry,
+                                                            DiskCache::kArtifactFile, prelude)));
   }
   if (why = load(artifact, installed, key); !why.empty())
     throw CompileError("cache entry " + key + " is still bad after a rebuild: " + why);

@@ -9,10 +9,12 @@
 #include <memory>
 #include <mutex>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "jit/disk_cache.h"
+#include "jit/prelude.h"
 
 namespace gmmgen {
 
@@ -24,16 +26,20 @@ struct JitSources {
 
 // How get() builds and loads one kind of artifact.
 struct JitArtifact {
-  // The command that builds `out` from the file `main` of the folder `dir` (run by run_build).
-  std::function<std::vector<std::string>(const std::filesystem::path& main,
-                                         const std::filesystem::path& dir,
-                                         const std::filesystem::path& out)>
+  // The command that builds `out` from the file `main` of the folder `dir` (run by run_build),
+  // with `prelude` passed by -include unless it is empty.
+  std::function<std::vector<std::string>(
+      const std::filesystem::path& main, const std::filesystem::path& dir,
+      const std::filesystem::path& out, const std::filesystem::path& prelude)>
       command;
   // The key an artifact file holds, read without running any of it; throws CacheError.
   std::function<std::string(const std::filesystem::path&)> key_of;
   // Loads an artifact whose file holds the key (the caller keeps what it loaded): "" when it is
   // good, else why not; may throw CacheError.
   std::function<std::string(const std::filesystem::path&)> load;
+  // The C++ compiler and flags of `command`, when it compiles C++: the sources' system headers
+  // are then precompiled once (jit/prelude.h) and included from there.
+  std::optional<CompilerConfig> compiler;
 };
 
 struct JitCounters {
@@ -53,9 +59,11 @@ class JitCache {
   // Loads the artifact of `key` (artifact.load): from the disk cache when a valid entry is there
   // and loads; otherwise, if `compile` is set, built from sources() with artifact.command under
   // the key's lock (once across processes), trial-loaded in its temporary folder, installed and
-  // loaded; otherwise returns false. Thread-safe; callers building the same key at once wait on
-  // its lock and load the one build. An entry that fails any check (metadata, size, hash, the
-  // key in its file, artifact.load) is rebuilt once; a second bad build is a CompileError.
+  // loaded; otherwise returns false. A build with a precompiled prelude that fails runs again
+  // without it (and the prelude is dropped): the prelude only saves time. Thread-safe; callers
+  // building the same key at once wait on its lock and load the one build. An entry that fails any
+  // check (metadata, size, hash, the key in its file, artifact.load) is rebuilt once; a second bad
+  // build is a CompileError.
   bool get(const std::string& key, const JitArtifact& artifact,
            const std::function<JitSources()>& sources, bool compile);
 
@@ -67,6 +75,8 @@ class JitCache {
 
  private:
   DiskCache& disk();
+  // The precompiled prelude of `src` for `cc` (built when missing), or empty: go without.
+  std::filesystem::path prelude(const CompilerConfig& cc, const JitSources& src);
   // Loads `file` if it holds `key` (read from the file first); "" or why not.
   static std::string load(const JitArtifact& artifact, const std::filesystem::path& file,
                           const std::string& key);
@@ -75,6 +85,7 @@ class JitCache {
   std::once_flag disk_once_;
   std::unique_ptr<DiskCache> disk_;  // created at first use
   JitCounters counters_;
+  PreludeStore preludes_;
 };
 
 }  // namespace gmmgen

@@ -233,9 +233,11 @@ ProcessResult run_process(const std::vector<std::string>& argv) {
 std::vector<std::string> compile_command(const CompilerConfig& cc,
                                          const std::filesystem::path& source,
                                          const std::filesystem::path& include_dir,
-                                         const std::filesystem::path& output) {
+                                         const std::filesystem::path& output,
+                                         const std::filesystem::path& prelude) {
   std::vector<std::string> argv{cc.cxx};
   argv.insert(argv.end(), cc.flags.begin(), cc.flags.end());
+  if (!prelude.empty()) argv.insert(argv.end(), {"-include", prelude.string()});
   argv.insert(argv.end(), {"-I", include_dir.string(), "-o", output.string(), source.string()});
   return argv;
 }

@@ -46,11 +46,12 @@ ProcessResult run_process(const std::vector<std::string>& argv);
 void kill_running_compiles();
 
 // The command that compiles `source` into the shared object `output`, with `include_dir` on the
-// include path.
+// include path and `prelude` (a header, jit/prelude.h) included before it unless empty.
 std::vector<std::string> compile_command(const CompilerConfig& cc,
                                          const std::filesystem::path& source,
                                          const std::filesystem::path& include_dir,
-                                         const std::filesystem::path& output);
+                                         const std::filesystem::path& output,
+                                         const std::filesystem::path& prelude = {});
 
 // Runs a build command (run_process) that turns `source` into `output`. Throws CompileError with
 // the command line and the tool's message when it fails or writes no regular file `output`.
