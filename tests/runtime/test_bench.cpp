@@ -19,6 +19,7 @@
 #include "gmmgen/spec.h"
 #include "jit/toolchain.h"
 #include "runtime_fixtures.h"
+#include "scratch.h"
 #include "smoke_kernels.h"
 #include "smoke_quant.h"
 
@@ -33,17 +34,7 @@ ProcessResult bench_cli(const std::vector<std::string>& args) {
   return run_process(argv);
 }
 
-// A private folder for a test's files (mkdtemp), removed at scope exit.
-struct Scratch {
-  std::filesystem::path path = testing::make_private_dir("gmmgen_bench");
-  Scratch() {
-    if (path.empty()) throw std::runtime_error("mkdtemp failed");
-  }
-  ~Scratch() {
-    std::error_code ec;
-    std::filesystem::remove_all(path, ec);
-  }
-};
+using testing::Scratch;
 
 struct BenchCase {
   RuntimeOptions opts;
@@ -524,7 +515,7 @@ TEST(BenchShapes, TakeIsaAndTilingRejectOtherSpecOptions) {
     EXPECT_NE(r.output.find(args[2]), std::string::npos) << r.output;  // names the option
     EXPECT_EQ(r.output.find("GFLOP/s"), std::string::npos) << r.output;
   }
-  const Scratch dir;
+  const Scratch dir("gmmgen_bench");
   const std::string json = (dir.path / "rows.json").string();
   const ProcessResult r = bench_cli({"--shapes", "S1", "--isa", "generic", "--tm", "64", "--tn",
                                      "32", "--filter", "gmm_bf16*", "--quant", "bf16/i8@channel",
@@ -566,7 +557,7 @@ TEST(BenchShapes, TakeIsaAndTilingRejectOtherSpecOptions) {
 // --shapes --quant fp8-block also times the weight gradient (tgmm on fp8 codes) beside gmm-gen's
 // f32 tgmm, and checks it against the float64 reference like every row.
 TEST(BenchShapes, QuantFp8BlockAddsTheWeightGradient) {
-  const Scratch dir;
+  const Scratch dir("gmmgen_bench");
   const std::string json = (dir.path / "rows.json").string();
   const ProcessResult r = bench_cli({"--shapes", "S1", "--filter", "tgmm*", "--quant", "fp8-block",
                                      "--reps", "1", "--baseline", "none", "--json", json});
@@ -627,7 +618,7 @@ TEST(BenchAb, WrongSideIsCaughtAndProblemsMustMatch) {
 // The command line: a tiling side and another gmm-gen's kernel (this very build's, emitted and
 // compiled by the side), each against this one's; bad sides are refused before any timing.
 TEST(BenchAb, CliTimesTwoSidesInAlternatingRounds) {
-  const Scratch dir;
+  const Scratch dir("gmmgen_bench");
   const std::string json = (dir.path / "ab.json").string();
   const std::string spec = "op=gmm,lhs=f32,rhs=f32,out=f32,k=40,n=24,g=3,tm=16,tk=16,tn=8";
   for (const std::string& side : {std::string("tiling=8x16x8"), std::string(GMMGEN_CLI)}) {
@@ -674,7 +665,7 @@ TEST(BenchAb, CliTimesTwoSidesInAlternatingRounds) {
 // and reports `vs float`: its GFLOP/s over that kernel's, timed beside it, in the table and the
 // JSON.
 TEST(BenchQuant, CliQuantizedRowReportsVsFloat) {
-  const Scratch dir;
+  const Scratch dir("gmmgen_bench");
   const std::string json = (dir.path / "rows.json").string();
   const ProcessResult r =
       bench_cli({"--spec", "op=gmm,lhs=bf16,rhs=i8,rhs_quant=channel,out=f32,k=96,n=40,g=3", "--m",
@@ -702,7 +693,7 @@ TEST(BenchQuant, CliQuantizedRowReportsVsFloat) {
 // A row whose kernel reads i8 activations also times gmmgen_quantize on f32 activations, alone and
 // followed by the kernel: a table of its own below the rows, and the JSON.
 TEST(BenchQuant, CliTimesQuantizedActivationsEndToEnd) {
-  const Scratch dir;
+  const Scratch dir("gmmgen_bench");
   const std::string json = (dir.path / "rows.json").string();
   const ProcessResult r = bench_cli(
       {"--spec", "op=gmm,lhs=i8,rhs=i8,lhs_quant=channel,rhs_quant=channel,out=f32,k=96,n=40,g=3",
