@@ -304,6 +304,7 @@ TEST(CliUx, VerifyPrintsOneFlushedLinePerKernelIntoAPipe) {
                       << GMMGEN_DEFAULT_CXX << " \"$@\"\n";
   fs::permissions(slow, fs::perms::owner_all);
   const std::string cmd = "GMMGEN_CACHE_DIR=" + (dir.path / "cache").string() +
+                          " GMMGEN_PCH_DIR=" + (dir.path / "pch").string() +
                           " GMMGEN_CXX=" + slow.string() + " " + GMMGEN_CLI +
                           " verify --quick -j 1 --spec " + kA + " --spec " + kC;
   const auto lines = timed_lines(cmd);

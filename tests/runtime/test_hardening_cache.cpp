@@ -70,7 +70,10 @@ class HardeningCache : public ::testing::Test {
   // A compiler script: answers --version and -dumpmachine as the real compiler does (so the
   // cache key is the real compiler's), and runs `body` for a compile with $out the -o argument
   // and $REAL the real compiler.
+  // Its precompiled preludes go into tools_, removed with it: keyed by the compiler's path, a new
+  // one each test, they would pile up in the tests' shared folder.
   std::string fake_compiler(const std::string& name, const std::string& body) {
+    setenv("GMMGEN_PCH_DIR", (tools_ / "pch").c_str(), 1);
     const fs::path p = tools_ / name;
     write_file(p, "#!/bin/sh\nREAL='" + real_cxx_ +
                       "'\ncase \" $* \" in *\" --version \"*|*\" -dumpmachine \"*) exec \"$REAL\" "

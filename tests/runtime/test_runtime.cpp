@@ -171,6 +171,7 @@ TEST_F(RuntimeTest, WarmupBuildsDistinctKernelsConcurrentlyEachOnce) {
       << log.string() << "; exit $rc;;\nesac\nexec " << GMMGEN_DEFAULT_CXX << " \"$@\"\n";
   fs::permissions(cxx, fs::perms::owner_all);
   setenv("GMMGEN_CXX", cxx.c_str(), 1);
+  setenv("GMMGEN_PCH_DIR", (dir_ / "pch").c_str(), 1);  // its preludes go with dir_
   const char* base = "op=gmm,lhs=f32,rhs=f32,out=f32,k=24,n=20,g=4,tk=16,tn=8,tm=";
   std::vector<KernelSpec> specs;
   for (const char* tm : {"8", "16", "24", "32", "8"})
