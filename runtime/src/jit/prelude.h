@@ -37,7 +37,6 @@ class PreludeStore {
 
   // Creates nothing until a prelude is asked for.
   explicit PreludeStore(std::filesystem::path dir) : dir_(std::move(dir)) {}
-  const std::filesystem::path& dir() const { return dir_; }
 
   // The header that sources compiled by `cc` pass with -include, its precompiled header built
   // first (under the prelude's lock, once across processes) when missing. nullopt, with the
