@@ -209,7 +209,9 @@ def run_page(a):
     env["JAX_PLATFORMS"] = env.get("JAX_PLATFORMS", "cpu")
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     have_package = os.path.isdir(os.path.join(build, "python", "gmmgen"))
-    jax_python = a.jax_python if has_jax(a.jax_python) else None
+    # Importing JAX takes ~1 s: asked only of pages that have a `python jax` block.
+    wants_jax = any(b.lang == "python" and "jax" in b.attrs for b in blocks)
+    jax_python = a.jax_python if wants_jax and has_jax(a.jax_python) else None
     require_jax = os.environ.get("GMMGEN_REQUIRE_JAX") == "1"
 
     failed = skipped = ran = 0
