@@ -49,26 +49,25 @@ EmittedKernel emit_kernel(const KernelSpec& spec) {
 
 std::vector<EmittedFile> emit_set(const std::vector<SpecEntry>& entries,
                                   const std::string& bundle) {
-  std::vector<EmittedFile> files;
-  nlohmann::ordered_json manifest;
-  manifest["generator"] = "gmm-gen";
-  manifest["version"] = std::string(generator_version());
-  manifest["abi_version"] = GMMGEN_ABI_VERSION;
-  manifest["kernels"] = nlohmann::ordered_json::array();
+  // Every check first (the specs, the aliases, the bundle), so that bad input is reported
+  // before anything is rendered.
   std::map<std::string, size_t> first_of;  // kernel name -> its first entry
   // Spec text -> its first entry: a spec given again is not rendered again.
   std::unordered_map<std::string, size_t> first_text;
   std::vector<BundleMember> members;
+  std::vector<size_t> rendered;  // the entries whose kernel is rendered: each kernel's first
   std::set<TargetKind> targets;
   for (size_t i = 0; i < entries.size(); ++i) {
     const std::string at = "spec #" + std::to_string(i + 1) + ": ";
+    const KernelSpec& spec = entries[i].spec;
     const std::string& alias = entries[i].alias;
     if (!alias.empty() && bundle.empty())
       throw SpecError(at + "alias '" + alias +
                       "' names entry points of a bundle: give a bundle name (emit --bundle NAME)");
     std::string text;
     try {
-      text = to_text(entries[i].spec);
+      text = to_text(spec);
+      validate(spec);
     } catch (const SpecError& e) {
       throw SpecError(at + e.what());
     }
@@ -80,20 +79,39 @@ std::vector<EmittedFile> emit_set(const std::vector<SpecEntry>& entries,
       if (!alias.empty()) members[members.back().first].aliases.push_back(alias);
       continue;
     }
+    KernelId id{kernel_name(spec), spec_hash(spec)};
+    const auto [first, fresh] = first_of.emplace(id.name, i);
+    members.push_back({spec, std::move(id), first->second, {}});
+    if (!alias.empty()) members[first->second].aliases.push_back(alias);
+    if (!fresh) continue;
+    rendered.push_back(i);
+    targets.insert(spec.target);
+  }
+  if (!bundle.empty()) {
+    if (std::none_of(targets.begin(), targets.end(),
+                     [](TargetKind k) { return target_of(k).caps().bundles; }))
+      throw SpecError("bundle '" + bundle +
+                      "': bundles hold C++ kernels, and no spec has target=cpp");
+    for (const TargetKind kind : targets)
+      if (target_of(kind).caps().bundles) target_of(kind).check_bundle(bundle, members);
+  }
+
+  std::vector<EmittedFile> files;
+  nlohmann::ordered_json manifest;
+  manifest["generator"] = "gmm-gen";
+  manifest["version"] = std::string(generator_version());
+  manifest["abi_version"] = GMMGEN_ABI_VERSION;
+  manifest["kernels"] = nlohmann::ordered_json::array();
+  for (const size_t i : rendered) {
     EmittedKernel k;
     try {
       k = emit_kernel(entries[i].spec);
     } catch (const SpecError& e) {
-      throw SpecError(at + e.what());
+      throw SpecError("spec #" + std::to_string(i + 1) + ": " + e.what());
     }
-    const auto [first, fresh] = first_of.emplace(k.name, i);
-    members.push_back({k.spec, {k.name, k.hash}, first->second, {}});
-    if (!alias.empty()) members[first->second].aliases.push_back(alias);
-    if (!fresh) continue;
     const std::string dir = std::string(target_of(k.spec.target).name()) + "/";
     for (auto& f : k.files) files.push_back({dir + f.path, std::move(f.content)});
     manifest["kernels"].push_back(k.manifest_entry);
-    targets.insert(k.spec.target);
   }
   for (const TargetKind kind : targets) {
     const Target& t = target_of(kind);
@@ -106,10 +124,6 @@ std::vector<EmittedFile> emit_set(const std::vector<SpecEntry>& entries,
       manifest["bundle"] = entry;
     }
   }
-  if (!bundle.empty() && std::none_of(targets.begin(), targets.end(),
-                                      [](TargetKind k) { return target_of(k).caps().bundles; }))
-    throw SpecError("bundle '" + bundle +
-                    "': bundles hold C++ kernels, and no spec has target=cpp");
   files.push_back({"manifest.json", manifest.dump(2) + "\n"});
   return files;
 }

@@ -65,6 +65,10 @@ class Target {
   virtual nlohmann::ordered_json manifest_fields(const KernelSpec& s, const KernelId& id) const = 0;
   // Files every emitted set of this target carries (C++: gmmgen/kernel_abi.h).
   virtual std::vector<EmittedFile> support_files() const = 0;
+  // Throws SpecError if bundle() would reject this bundle (its name, clashing symbols); checks
+  // nothing for a target without bundles.
+  virtual void check_bundle(const std::string& /*name*/,
+                            std::span<const BundleMember> /*members*/) const {}
   // The files of a bundle of the set's kernels (C++: a translation unit per entry, a table of
   // entry points, a header), and its manifest entry; throws SpecError if the target has no
   // bundles. `members` is every entry of the set, other targets' too.

@@ -302,8 +302,8 @@ class CppTarget final : public Target {
     return {{std::string(kAbiHeader), std::string(embedded_file(kAbiHeader))}};
   }
 
-  std::vector<EmittedFile> bundle(const std::string& bundle, std::span<const BundleMember> members,
-                                  nlohmann::ordered_json& manifest) const override {
+  void check_bundle(const std::string& bundle,
+                    std::span<const BundleMember> members) const override {
     const bool ident = !bundle.empty() &&
                        (std::isalpha(static_cast<unsigned char>(bundle[0])) || bundle[0] == '_') &&
                        std::all_of(bundle.begin(), bundle.end(), [](char c) {
@@ -312,6 +312,11 @@ class CppTarget final : public Target {
     if (!ident)
       throw SpecError("bundle='" + bundle + "' must be a C identifier ([A-Za-z_][A-Za-z0-9_]*)");
     check_bundle_symbols(bundle, members);
+  }
+
+  std::vector<EmittedFile> bundle(const std::string& bundle, std::span<const BundleMember> members,
+                                  nlohmann::ordered_json& manifest) const override {
+    check_bundle(bundle, members);
     const std::string dir = std::string(name()) + "/";
     const std::string version(generator_version());
     Renderer r;
