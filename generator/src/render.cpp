@@ -1,5 +1,6 @@
 #include "render.h"
 
+#include <map>
 #include <stdexcept>
 
 #include "gmmgen/templates.h"
@@ -27,12 +28,23 @@ std::string Renderer::render(std::string_view path, mu::data ctx) {
             }});
   }
   const std::string full = std::string(path) + std::string(kSuffix);
-  mu::mustache tmpl{std::string(file(full))};
-  if (!tmpl.is_valid()) throw std::logic_error("template " + full + ": " + tmpl.error_message());
-  tmpl.set_custom_escape([](const std::string& s) { return s; });
-  std::string text = tmpl.render(ctx);
-  if (!tmpl.is_valid()) throw std::logic_error("template " + full + ": " + tmpl.error_message());
-  return text;
+  const std::string_view text = file(full);
+  // Each template is parsed once per thread (a set renders each of them once per kernel);
+  // partials are parsed where they are used.
+  thread_local std::map<std::string, mu::mustache, std::less<>> parsed;
+  auto it = parsed.find(full);
+  if (it == parsed.end()) {
+    it = parsed.try_emplace(full, std::string(text)).first;
+    it->second.set_custom_escape([](const std::string& s) { return s; });
+  }
+  mu::mustache& tmpl = it->second;
+  std::string out = tmpl.is_valid() ? tmpl.render(ctx) : std::string();
+  if (!tmpl.is_valid()) {  // a template error: reported, and not kept
+    const std::string message = "template " + full + ": " + tmpl.error_message();
+    parsed.erase(it);
+    throw std::logic_error(message);
+  }
+  return out;
 }
 
 }  // namespace gmmgen
