@@ -47,7 +47,7 @@ endfunction()
 # One ctest entry per test of a GoogleTest executable, labelled: tests matching a SMOKE pattern
 # are tier smoke, those matching a FULL pattern tier full, the rest tier ci. Patterns are
 # GoogleTest filter patterns (`*` and `?`) over the full test name, e.g. `Suite.Name`,
-# `Instance/Suite.Name/*`; a test must not match both lists.
+# `Instance/Suite.Name/*`; a test matching both is tier full.
 # (The labels and the environment, lists, are set by a file ctest reads after the discovered
 # tests: gtest_discover_tests' PROPERTIES would split them into separate values.)
 function(gmmgen_add_gtests exe)
@@ -67,6 +67,9 @@ function(gmmgen_add_gtests exe)
       string(APPEND ci ":")
     endif()
     string(APPEND ci "${full}")
+  endif()
+  if(smoke AND full)
+    string(APPEND smoke "-${full}")
   endif()
   set(script "")
   foreach(tier smoke ci full)
