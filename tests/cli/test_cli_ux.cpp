@@ -303,8 +303,7 @@ TEST(CliUx, VerifyPrintsOneFlushedLinePerKernelIntoAPipe) {
   std::ofstream(slow) << "#!/bin/sh\ncase \" $* \" in *\" -o \"*) sleep 1.5;; esac\nexec "
                       << GMMGEN_DEFAULT_CXX << " \"$@\"\n";
   fs::permissions(slow, fs::perms::owner_all);
-  const std::string cmd = "GMMGEN_CACHE_DIR=" + (dir.path / "cache").string() +
-                          " GMMGEN_PCH_DIR=" + (dir.path / "pch").string() +
+  const std::string cmd = "GMMGEN_CACHE_DIR=" + (dir.path / "cache").string() + " GMMGEN_PCH=off" +
                           " GMMGEN_CXX=" + slow.string() + " " + GMMGEN_CLI +
                           " verify --quick -j 1 --spec " + kA + " --spec " + kC;
   const auto lines = timed_lines(cmd);

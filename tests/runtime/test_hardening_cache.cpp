@@ -49,13 +49,13 @@ class HardeningCache : public ::testing::Test {
     dir_ = make_temp_dir("cache");
     tools_ = make_temp_dir("tools");
     setenv("GMMGEN_CACHE_DIR", dir_.c_str(), 1);
-    for (const char* v :
-         {"GMMGEN_CXX", "GMMGEN_CXXFLAGS", "GMMGEN_DISABLE_JIT", "GMMGEN_COMPILE_TIMEOUT"})
+    for (const char* v : {"GMMGEN_CXX", "GMMGEN_CXXFLAGS", "GMMGEN_DISABLE_JIT",
+                          "GMMGEN_COMPILE_TIMEOUT", "GMMGEN_PCH"})
       unsetenv(v);
     real_cxx_ = default_compiler({}).cxx;
   }
   void TearDown() override {
-    for (const char* v : {"GMMGEN_CXX", "GMMGEN_COMPILE_TIMEOUT"}) unsetenv(v);
+    for (const char* v : {"GMMGEN_CXX", "GMMGEN_COMPILE_TIMEOUT", "GMMGEN_PCH"}) unsetenv(v);
     std::error_code ec;
     fs::permissions(dir_, fs::perms::owner_all, ec);
     fs::remove_all(dir_, ec);
@@ -70,10 +70,10 @@ class HardeningCache : public ::testing::Test {
   // A compiler script: answers --version and -dumpmachine as the real compiler does (so the
   // cache key is the real compiler's), and runs `body` for a compile with $out the -o argument
   // and $REAL the real compiler.
-  // Its precompiled preludes go into tools_, removed with it: keyed by the compiler's path, a new
-  // one each test, they would pile up in the tests' shared folder.
+  // The test then compiles without precompiled preludes (GMMGEN_PCH=off): they are not what
+  // these tests check, and each fake compiler (a new path each test) would build its own.
   std::string fake_compiler(const std::string& name, const std::string& body) {
-    setenv("GMMGEN_PCH_DIR", (tools_ / "pch").c_str(), 1);
+    setenv("GMMGEN_PCH", "off", 1);
     const fs::path p = tools_ / name;
     write_file(p, "#!/bin/sh\nREAL='" + real_cxx_ +
                       "'\ncase \" $* \" in *\" --version \"*|*\" -dumpmachine \"*) exec \"$REAL\" "

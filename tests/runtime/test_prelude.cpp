@@ -1,6 +1,7 @@
 // Precompiled preludes (runtime/src/jit/prelude.h): what goes into one, that kernels of one
 // compiler and flag set share it, that the objects match plain compiles byte for byte (g++ and
-// clang++), and that a broken one costs a retry, never a failed build.
+// clang++), that a broken one costs a retry, never a failed build, and that GMMGEN_PCH=off turns
+// them off.
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
@@ -128,6 +129,29 @@ TEST(Prelude, ABrokenPreludeIsDroppedAndTheBuildGoesOnWithoutIt) {
   EXPECT_GT(fs::file_size(gch), bytes * 9 / 10) << "built again, whole";  // (not byte-stable)
   EXPECT_EQ(1u, KernelCache::open(cache.path)->clear());
   EXPECT_TRUE(preludes(cache.path / ".pch").empty());
+}
+
+// GMMGEN_PCH=off: kernels compile without a prelude and none is built; another value than a
+// boolean is an error naming the variable, raised when the runtime is made.
+TEST(Prelude, OffCompilesWithoutOneAndABadValueIsNamed) {
+  const Scratch cache("gmmgen_prelude"), pch("gmmgen_prelude_pch");
+  const ScopedEnv use_pch("GMMGEN_PCH_DIR", pch.path.string());
+  {
+    const ScopedEnv off("GMMGEN_PCH", "off");
+    Runtime rt(private_cache(cache.path));
+    rt.warmup({parse_text(kSpecs[0])});
+    EXPECT_EQ(1, rt.stats().compiles);
+    EXPECT_TRUE(preludes(pch.path).empty());
+    EXPECT_EQ(DiskCache::State::kValid,
+              DiskCache(cache.path).check(cache_key(parse_text(kSpecs[0]))));
+  }
+  const ScopedEnv bad("GMMGEN_PCH", "sometimes");
+  try {
+    Runtime rt(private_cache(cache.path));
+    ADD_FAILURE() << "GMMGEN_PCH=sometimes was taken";
+  } catch (const InvalidArgument& e) {
+    EXPECT_NE(std::string::npos, std::string(e.what()).find("GMMGEN_PCH=sometimes")) << e.what();
+  }
 }
 
 }  // namespace

@@ -36,9 +36,10 @@ std::string lower(std::string s) {
 
 // A yes/no variable, read as GMMGEN_LOG reads its aliases: 1/true/yes/on or 0/false/no/off (any
 // case); unset or empty is no. Anything else is an error, not a silent yes.
-bool env_flag(const char* name) {
+// A boolean environment variable; `unset` when it is unset or empty.
+bool env_flag(const char* name, bool unset = false) {
   const char* v = std::getenv(name);
-  if (!v || !*v) return false;
+  if (!v || !*v) return unset;
   const std::string t = lower(v);
   if (t == "1" || t == "true" || t == "yes" || t == "on") return true;
   if (t == "0" || t == "false" || t == "no" || t == "off") return false;
@@ -121,22 +122,27 @@ std::string to_string(const RuntimeStats& s) {
 struct Runtime::Impl final : ExitReport {
   explicit Impl(const RuntimeOptions& o)
       : jit_enabled(o.jit.value_or(!env_flag("GMMGEN_DISABLE_JIT"))),
+        preludes(env_flag("GMMGEN_PCH", true)),
         level(o.log_level ? *o.log_level
               : o.log     ? (*o.log ? LogLevel::kInfo : LogLevel::kWarn)
                           : log_level_from_env()),
         pool(o.num_threads > 0 ? o.num_threads : default_threads()),
         cache_dir(o.cache_dir.empty() ? DiskCache::default_root() : o.cache_dir),
-        jit(cache_dir, [this](JitCache::Level l, const std::string& m) {
-          say(l == JitCache::Level::kWarn   ? LogLevel::kWarn
-              : l == JitCache::Level::kInfo ? LogLevel::kInfo
-                                            : LogLevel::kDebug,
-              "%s", m.c_str());
-        }) {
+        jit(
+            cache_dir,
+            [this](JitCache::Level l, const std::string& m) {
+              say(l == JitCache::Level::kWarn   ? LogLevel::kWarn
+                  : l == JitCache::Level::kInfo ? LogLevel::kInfo
+                                                : LogLevel::kDebug,
+                  "%s", m.c_str());
+            },
+            preludes) {
     if (o.log_stats && level >= LogLevel::kInfo) add_exit_report(this);
   }
   ~Impl() { finish_exit_report(this); }
 
   bool jit_enabled;
+  bool preludes;  // GMMGEN_PCH: read with the other variables, before anything is allocated
   LogLevel level;
   ThreadPool pool;
   fs::path cache_dir;

@@ -31,8 +31,11 @@ std::string seconds_text(int64_t ns) {
 
 }  // namespace
 
-JitCache::JitCache(fs::path root, Log log)
-    : root_(std::move(root)), log_(std::move(log)), preludes_(PreludeStore::default_dir(root_)) {}
+JitCache::JitCache(fs::path root, Log log, bool preludes)
+    : root_(std::move(root)),
+      log_(std::move(log)),
+      preludes_(PreludeStore::default_dir(root_)),
+      use_preludes_(preludes) {}
 
 std::string JitCache::load(const JitArtifact& artifact, const fs::path& file,
                            const std::string& key) {
@@ -57,6 +60,10 @@ bool JitCache::valid(const std::string& key) {
 }
 
 fs::path JitCache::prelude(const CompilerConfig& cc, const JitSources& src) {
+  if (!use_preludes_) {
+    log_(Level::kDebug, "no precompiled prelude: GMMGEN_PCH is off");
+    return {};
+  }
   std::string why;
   bool built = false;
   const auto t0 = std::chrono::steady_clock::now();

@@ -54,7 +54,8 @@ class JitCache {
   enum class Level { kWarn, kInfo, kDebug };
   using Log = std::function<void(Level, const std::string&)>;
 
-  JitCache(std::filesystem::path root, Log log);
+  // preludes: whether compiles of C++ use precompiled preludes (GMMGEN_PCH).
+  JitCache(std::filesystem::path root, Log log, bool preludes = true);
 
   // Loads the artifact of `key` (artifact.load): from the disk cache when a valid entry is there
   // and loads; otherwise, if `compile` is set, built from sources() with artifact.command under
@@ -86,6 +87,7 @@ class JitCache {
   std::unique_ptr<DiskCache> disk_;  // created at first use
   JitCounters counters_;
   PreludeStore preludes_;
+  bool use_preludes_;
 };
 
 }  // namespace gmmgen
