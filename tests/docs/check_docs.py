@@ -206,6 +206,7 @@ def run_page(a):
     env["PATH"] = os.path.dirname(os.path.abspath(a.gmm_gen)) + os.pathsep + env.get("PATH", "")
     env.setdefault("GMMGEN_CACHE_DIR", env.get("GMMGEN_TEST_CACHE_DIR") or
                    os.path.join(build, "test-cache"))
+    env.setdefault("GMMGEN_PCH_DIR", os.path.join(build, "test-pch"))  # the tests' preludes
     env["JAX_PLATFORMS"] = env.get("JAX_PLATFORMS", "cpu")
     env["PYTHONDONTWRITEBYTECODE"] = "1"
     have_package = os.path.isdir(os.path.join(build, "python", "gmmgen"))
