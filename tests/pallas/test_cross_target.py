@@ -2,6 +2,7 @@
 """The Pallas modules and the C++ kernels of the same specs agree on the same inputs.
 
 usage: test_cross_target.py DIR --gmm-gen GMM_GEN [--cxx CXX] [--python PY] [--interpret tpu]
+                            [--only PATTERNS]
 
 DIR is a folder written by `gmm-gen emit` (manifest.json, pallas/*.py). For every Pallas module
 the C++ target supports too (every one today: the modules' dtypes and layouts are a subset of
@@ -16,13 +17,15 @@ f32 scales in the layouts both targets take, the reference being the float64 pro
 dequantized operands. Each result is compared with a float64 reference within its own bound
 (f32 summation plus one rounding to the output dtype; rows outside the active groups exactly),
 and the two with each other within the sum of both bounds. --python PY re-runs under PY (a
-Python with JAX) where it exists.
+Python with JAX) where it exists. --only checks the modules whose names match one of its
+comma-separated shell patterns (a pattern that matches none is an error).
 
 Exit status: 0 agreed; 1 a disagreement or an error; 77 skipped (no JAX; with
 GMMGEN_REQUIRE_JAX=1 that is an error).
 """
 import argparse
 import ctypes
+import fnmatch
 import importlib.util
 import json
 import os
@@ -83,6 +86,7 @@ def main(argv):
     parser.add_argument("--cxx", default=os.environ.get("CXX", "c++"))
     parser.add_argument("--python", help="run under this Python (with JAX) where it exists")
     parser.add_argument("--interpret", choices=("tpu", "hlo"), default="hlo")
+    parser.add_argument("--only", help="comma-separated shell patterns of module names")
     args = parser.parse_args(argv)
     jax_env.run_under(args.python, __file__, argv)
     try:
@@ -99,6 +103,14 @@ def main(argv):
     if not entries:
         print(f"test_cross_target: no Pallas modules in {args.dir}", file=sys.stderr)
         return 1
+    if args.only:
+        patterns = args.only.split(",")
+        unmatched = [p for p in patterns if not any(fnmatch.fnmatch(e["name"], p) for e in entries)]
+        if unmatched:
+            print(f"test_cross_target: --only {','.join(unmatched)} matches no module of "
+                  f"{args.dir}", file=sys.stderr)
+            return 1
+        entries = [e for e in entries if any(fnmatch.fnmatch(e["name"], p) for p in patterns)]
     specs = []
     for e in entries:
         spec = {k: v for k, v in e["spec_json"].items() if k not in PALLAS_ONLY}
