@@ -1,6 +1,7 @@
 """What the Pallas tests under JAX share: running under the project's Python with JAX, on the
 host, and reporting a missing JAX as skipped (exit 77), or as an error under
 GMMGEN_REQUIRE_JAX=1 (.ci/test sets it, so that CI cannot pass without running them)."""
+import fnmatch
 import os
 import sys
 
@@ -26,3 +27,17 @@ def missing_jax(who, error):
         return 1
     print(f"skipped: {who} needs JAX ({error}); .ci/deps installs it")
     return EXIT_SKIPPED
+
+
+def select(names, only, who):
+    """The names that match one of `only`'s comma-separated shell patterns (all of them without
+    `only`); None, with the error printed, when a pattern matches no name, so that a subset cannot
+    pass empty."""
+    if not only:
+        return list(names)
+    patterns = only.split(",")
+    unmatched = [p for p in patterns if not any(fnmatch.fnmatch(n, p) for n in names)]
+    if unmatched:
+        print(f"{who}: --only {','.join(unmatched)} matches no module", file=sys.stderr)
+        return None
+    return [n for n in names if any(fnmatch.fnmatch(n, p) for p in patterns)]

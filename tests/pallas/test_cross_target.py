@@ -25,7 +25,6 @@ GMMGEN_REQUIRE_JAX=1 that is an error).
 """
 import argparse
 import ctypes
-import fnmatch
 import importlib.util
 import json
 import os
@@ -103,14 +102,10 @@ def main(argv):
     if not entries:
         print(f"test_cross_target: no Pallas modules in {args.dir}", file=sys.stderr)
         return 1
-    if args.only:
-        patterns = args.only.split(",")
-        unmatched = [p for p in patterns if not any(fnmatch.fnmatch(e["name"], p) for e in entries)]
-        if unmatched:
-            print(f"test_cross_target: --only {','.join(unmatched)} matches no module of "
-                  f"{args.dir}", file=sys.stderr)
-            return 1
-        entries = [e for e in entries if any(fnmatch.fnmatch(e["name"], p) for p in patterns)]
+    chosen = jax_env.select([e["name"] for e in entries], args.only, "test_cross_target")
+    if chosen is None:
+        return 1
+    entries = [e for e in entries if e["name"] in chosen]
     specs = []
     for e in entries:
         spec = {k: v for k, v in e["spec_json"].items() if k not in PALLAS_ONLY}

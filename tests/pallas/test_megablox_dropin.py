@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """gmm-gen's Pallas modules as drop-in replacements for megablox.
 
-usage: test_megablox_dropin.py DIR [--python PY]
+usage: test_megablox_dropin.py DIR [--python PY] [--only PATTERNS]
 
 DIR is a folder written by `gmm-gen emit` from tests/pallas/megablox_specs.json. The function
 `megablox_user` below is written as a megablox user writes it (megablox's argument names,
@@ -15,7 +15,8 @@ active groups (megablox leaves the others unwritten; the modules' own rules for 
 checked by check_pallas.py). A sharded module (G_local < G) also runs expert-parallel: jax.shard_map
 over G / G_local host devices, each holding G_local experts and calling differentiable_gmm with
 its group_offset, forward and jax.grad, against float64 over all G experts. --python PY re-runs
-under PY (a Python with JAX) where it exists.
+under PY (a Python with JAX) where it exists; --only checks the modules whose names match one
+of its comma-separated shell patterns (a pattern that matches none is an error).
 
 Exit status: 0 passed; 1 a mismatch or an error; 77 skipped (no JAX, or this JAX has no
 megablox; with GMMGEN_REQUIRE_JAX=1 no JAX is an error).
@@ -139,6 +140,7 @@ def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("dir")
     parser.add_argument("--python", help="run under this Python (with JAX) where it exists")
+    parser.add_argument("--only", help="comma-separated shell patterns of module names")
     args = parser.parse_args(argv)
     jax_env.run_under(args.python, __file__, argv)
     # Host devices for the expert-parallel run (set before JAX starts).
@@ -155,6 +157,11 @@ def main(argv):
         return jax_env.missing_jax("test_megablox_dropin", e)
 
     paths = sorted(glob.glob(os.path.join(args.dir, "pallas", "*.py")))
+    names = [os.path.splitext(os.path.basename(p))[0] for p in paths]
+    chosen = jax_env.select(names, args.only, "test_megablox_dropin")
+    if chosen is None:
+        return 1
+    paths = [p for p, n in zip(paths, names) if n in chosen]
     if not paths:
         print(f"test_megablox_dropin: no modules in {args.dir}/pallas", file=sys.stderr)
         return 1
