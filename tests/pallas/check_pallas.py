@@ -49,7 +49,6 @@ with GMMGEN_REQUIRE_JAX=1 that is an error, 1).
 """
 import argparse
 import ctypes
-import fnmatch
 import glob
 import importlib.util
 import json
@@ -63,6 +62,7 @@ import zlib
 EXIT_SKIPPED = 77
 U = 2.0**-24  # unit roundoff of f32
 sys.dont_write_bytecode = True  # no __pycache__ beside the modules (generated/ stays as emitted)
+import jax_env  # noqa: E402  (--only)
 
 
 def load_module(path):
@@ -1056,14 +1056,12 @@ def main(argv):
     if not paths:
         print(f"check_pallas: no modules (*.py) in {folder}", file=sys.stderr)
         return 2
-    if args.only is not None:
-        patterns = [p for p in args.only.split(",") if p]
-        name = lambda path: os.path.basename(path)[:-3]
-        unmatched = [p for p in patterns if not any(fnmatch.fnmatchcase(name(x), p) for x in paths)]
-        if not patterns or unmatched:
-            parser.error(f"--only: {', '.join(unmatched) or 'no pattern'} matches no module in "
-                         f"{folder}")
-        paths = [x for x in paths if any(fnmatch.fnmatchcase(name(x), p) for p in patterns)]
+    names = [os.path.basename(path)[:-3] for path in paths]
+    try:
+        chosen = jax_env.select(names, args.only)
+    except ValueError as e:
+        parser.error(f"{e} in {folder}")
+    paths = [path for path, name in zip(paths, names) if name in chosen]
     paths = paths[shard::shards]
     # Interpret mode runs on the host: never on an accelerator JAX would pick by default.
     os.environ.setdefault("JAX_PLATFORMS", "cpu")

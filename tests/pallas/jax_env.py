@@ -29,15 +29,14 @@ def missing_jax(who, error):
     return EXIT_SKIPPED
 
 
-def select(names, only, who):
-    """The names that match one of `only`'s comma-separated shell patterns (all of them without
-    `only`); None, with the error printed, when a pattern matches no name, so that a subset cannot
-    pass empty."""
-    if not only:
+def select(names, only):
+    """The names that match one of `only`'s comma-separated shell patterns (--only; all of them
+    when `only` is None). Raises ValueError naming the patterns that match no name, so that a
+    subset cannot pass empty."""
+    if only is None:
         return list(names)
-    patterns = only.split(",")
-    unmatched = [p for p in patterns if not any(fnmatch.fnmatch(n, p) for n in names)]
-    if unmatched:
-        print(f"{who}: --only {','.join(unmatched)} matches no module", file=sys.stderr)
-        return None
-    return [n for n in names if any(fnmatch.fnmatch(n, p) for p in patterns)]
+    patterns = [p for p in only.split(",") if p]
+    unmatched = [p for p in patterns if not any(fnmatch.fnmatchcase(n, p) for n in names)]
+    if not patterns or unmatched:
+        raise ValueError(f"--only: {', '.join(unmatched) or 'no pattern'} matches no module")
+    return [n for n in names if any(fnmatch.fnmatchcase(n, p) for p in patterns)]
