@@ -35,8 +35,7 @@ std::string lower(std::string s) {
 }
 
 // A yes/no variable, read as GMMGEN_LOG reads its aliases: 1/true/yes/on or 0/false/no/off (any
-// case); unset or empty is no. Anything else is an error, not a silent yes.
-// A boolean environment variable; `unset` when it is unset or empty.
+// case); unset or empty is `unset`. Anything else is an error, not a silent yes.
 bool env_flag(const char* name, bool unset = false) {
   const char* v = std::getenv(name);
   if (!v || !*v) return unset;

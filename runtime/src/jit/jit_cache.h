@@ -55,7 +55,7 @@ class JitCache {
   using Log = std::function<void(Level, const std::string&)>;
 
   // preludes: whether compiles of C++ use precompiled preludes (GMMGEN_PCH).
-  JitCache(std::filesystem::path root, Log log, bool preludes = true);
+  JitCache(std::filesystem::path root, Log log, bool preludes);
 
   // Loads the artifact of `key` (artifact.load): from the disk cache when a valid entry is there
   // and loads; otherwise, if `compile` is set, built from sources() with artifact.command under
