@@ -30,6 +30,8 @@ bool rule_operands_hold(RuleOperands o, const KernelSpec& s, const IsaFamily& f)
       return bf16_pairs(s, f) || quant_pairs(s, f);
     case kBf16xQuantized:
       return s.lhs == DType::kBF16 && codes::is_quantized(s.rhs);
+    case kIntDot:
+      return quant_int_dot(s, f);
   }
   return false;
 }
@@ -104,6 +106,7 @@ std::span<const TilingRule> cpu_tiling_rules() {
     TilingRule{"gmm-amx-f32-large",        Op::kGmm,   kAmx,             kF32Lhs,          kAnyLayout,  kLarge,    kAnyWidth,  keep,      set(1024),  set(128)},
     TilingRule{"gmm-vector-float-large",   Op::kGmm,   avx512s | kAvx2,  kFloat,           kAnyLayout,  kLarge,    kAnyWidth,  keep,      set(1024),  keep},
     TilingRule{"gmm-amx-bf16-large",       Op::kGmm,   kAmx,             kBf16xBf16,       kKN,         kLarge,    kAnyWidth,  keep,      keep,       fit(1 << 20)},
+    TilingRule{"gmm-avx2-int-large",       Op::kGmm,   kAvx2,            kIntDot,          kKN,         kLarge,    kAnyWidth,  keep,      set(256),   set(128)},
     TilingRule{"gmm-small",                Op::kGmm,   kAnyFamily,       kAnyOperands,     kAnyLayout,  kSmall,    kAnyWidth,  keep,      keep,       set(256)},
     TilingRule{"gmm-avx2-small",           Op::kGmm,   kAvx2,            kAnyOperands,     kAnyLayout,  kSmall,    kAnyWidth,  keep,      set(256),   keep},
     TilingRule{"gmm-bf16-pairs-small",     Op::kGmm,   kAvx512Bf16,      kBf16xBf16,       kKN,         kSmall,    kAnyWidth,  keep,      keep,       set(64)},
