@@ -6,20 +6,20 @@
 #define GMMGEN_BUNDLE_default_kernels_H_
 
 #include "gmmgen/kernel_abi.h"
-#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_e14f0dad.h"
-#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_764ec0ed.h"
-#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_e52c6e41.h"
-#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_9025c909.h"
-#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_5015e554.h"
-#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_cb8e6bf7.h"
+#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_8c542262.h"
+#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_83f14852.h"
+#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_9a471131.h"
+#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_4a57de9e.h"
+#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_a71f7c76.h"
+#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_acf2cc79.h"
 #include "tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_5df87a95.h"
 #include "tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_c9951dc1.h"
-#include "gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_c682d4e2.h"
+#include "gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_27c45e02.h"
 #include "tgmm_f8e4m3xf8e5m2_f32_k512_n768_g8_t256x96x128_qlblock128_qrblock128_eb31c90c.h"
-#include "gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_6b4756db.h"
-#include "gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_a7be039b.h"
-#include "gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_748f340d.h"
-#include "gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_77d502f9.h"
+#include "gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_161c3b4e.h"
+#include "gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_c8eee31e.h"
+#include "gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_163a2c03.h"
+#include "gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_e4de494d.h"
 
 #ifdef __cplusplus
 extern "C" {
