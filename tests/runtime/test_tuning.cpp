@@ -153,12 +153,15 @@ TEST(Heuristic, FollowsRowsPerGroupAndStaysValid) {
   s3.isa = Isa::kAvx512Bf16;
   EXPECT_EQ((Tiling{512, 128, 256}), heuristic_tiling(s3, 16));
   EXPECT_EQ((Tiling{512, 128, 256}), heuristic_tiling(s3, 63.9));
-  // The ISA family: 256-bit vectors (avx2) also take deeper k-blocks for small groups; native is
-  // the host's family.
+  // The ISA family: 256-bit vectors (avx2) take other k-blocks for small groups (f32 [K, N]
+  // weights 64, others 256); native is the host's family.
   KernelSpec s3_avx2 = s3;
   s3_avx2.isa = Isa::kAvx2;
-  EXPECT_EQ((Tiling{512, 256, 256}), heuristic_tiling(s3_avx2, 16));
+  EXPECT_EQ((Tiling{512, 64, 256}), heuristic_tiling(s3_avx2, 16));
   EXPECT_EQ((Tiling{512, 1024, 64}), heuristic_tiling(s3_avx2, 100));
+  KernelSpec s3_avx2_bf16 = s3_avx2;
+  s3_avx2_bf16.lhs = s3_avx2_bf16.rhs = DType::kBF16;
+  EXPECT_EQ((Tiling{512, 256, 256}), heuristic_tiling(s3_avx2_bf16, 16));
   // On amx, f32 [K, N] weights of small groups take whole rows (up to 2048 columns, while the
   // groups' n-tiles number at least 16) in shallow k-blocks; [N, K] weights, quantized weights
   // and bf16 keep the choice of the other families.

@@ -70,8 +70,16 @@ TEST(TilingRules, EveryRuleHoldsForSomeProblem) {
 TEST(TilingRules, HeuristicNamesTheRulesItApplied) {
   KernelSpec s = parse_text("op=gmm,lhs=f32,rhs=f32,out=f32,k=4096,n=512,g=128,isa=avx2");
   std::vector<std::string_view> applied;
+  EXPECT_EQ((Tiling{512, 64, 256}), heuristic_tiling(s, 16, Isa::kNative, &applied));
+  EXPECT_EQ((std::vector<std::string_view>{"gmm-rows", "gmm-small", "gmm-avx2-small",
+                                           "gmm-avx2-f32-kn-small"}),
+            applied);
+  // bf16 weights on avx2 keep the small groups' tk=256.
+  applied.clear();
+  s.lhs = s.rhs = DType::kBF16;
   EXPECT_EQ((Tiling{512, 256, 256}), heuristic_tiling(s, 16, Isa::kNative, &applied));
   EXPECT_EQ((std::vector<std::string_view>{"gmm-rows", "gmm-small", "gmm-avx2-small"}), applied);
+  s.lhs = s.rhs = DType::kF32;
   applied.clear();
   s.isa = Isa::kNative;
   EXPECT_EQ((Tiling{512, 1024, 64}), heuristic_tiling(s, 100, Isa::kAvx512, &applied));

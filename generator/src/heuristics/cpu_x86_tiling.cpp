@@ -109,6 +109,7 @@ std::span<const TilingRule> cpu_tiling_rules() {
     TilingRule{"gmm-avx2-int-large",       Op::kGmm,   kAvx2,            kIntDot,          kKN,         kLarge,    kAnyWidth,  keep,      set(256),   set(128)},
     TilingRule{"gmm-small",                Op::kGmm,   kAnyFamily,       kAnyOperands,     kAnyLayout,  kSmall,    kAnyWidth,  keep,      keep,       set(256)},
     TilingRule{"gmm-avx2-small",           Op::kGmm,   kAvx2,            kAnyOperands,     kAnyLayout,  kSmall,    kAnyWidth,  keep,      set(256),   keep},
+    TilingRule{"gmm-avx2-f32-kn-small",    Op::kGmm,   kAvx2,            kF32Rhs,          kKN,         kSmall,    kAnyWidth,  keep,      set(64),    keep},
     TilingRule{"gmm-bf16-pairs-small",     Op::kGmm,   kAvx512Bf16,      kBf16xBf16,       kKN,         kSmall,    kAnyWidth,  keep,      keep,       set(64)},
     TilingRule{"gmm-avx512-f32-nk-small",  Op::kGmm,   avx512s,          kF32Rhs,          kNK,         kSmall,    kAnyWidth,  keep,      set(512),   set(128)},
     TilingRule{"gmm-amx-f32-kn-small",     Op::kGmm,   kAmx,             kF32Rhs,          kKN,         kSmall,    kAnyWidth,  keep,      set(32),    spread(2048)},
