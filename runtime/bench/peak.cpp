@@ -86,7 +86,7 @@ GMMGEN_REGISTER_ONLY __attribute__((target("avx512f,avx512vnni"))) double int_do
 // a product of loop invariants alone would be computed once, before the loop, and the loop would
 // time the adds. 8 chains in named variables (each one add deep) stay in registers; an array of
 // 12 spilled. (A macro, not a lambda: clang does not give a lambda its function's target.)
-#define GMMGEN_MADD_ADD(acc) \
+#define GMMGEN_MADD_ADD(acc, p, b, c) \
   asm("vpmaddwd %3, %2, %1\n\tvpaddd %1, %0, %0" : "+v"(acc), "=&v"(p) : "v"(b), "v"(c))
 GMMGEN_REGISTER_ONLY __attribute__((target("avx2"))) double int_dot_ymm() {
   __m256i a0 = _mm256_set1_epi32(0), a1 = _mm256_set1_epi32(1), a2 = _mm256_set1_epi32(2),
@@ -95,14 +95,14 @@ GMMGEN_REGISTER_ONLY __attribute__((target("avx2"))) double int_dot_ymm() {
   const __m256i b = _mm256_set1_epi16(1), c = _mm256_set1_epi16(-1);
   for (int64_t it = 0; it < kIters; ++it) {
     __m256i p;
-    GMMGEN_MADD_ADD(a0);
-    GMMGEN_MADD_ADD(a1);
-    GMMGEN_MADD_ADD(a2);
-    GMMGEN_MADD_ADD(a3);
-    GMMGEN_MADD_ADD(a4);
-    GMMGEN_MADD_ADD(a5);
-    GMMGEN_MADD_ADD(a6);
-    GMMGEN_MADD_ADD(a7);
+    GMMGEN_MADD_ADD(a0, p, b, c);
+    GMMGEN_MADD_ADD(a1, p, b, c);
+    GMMGEN_MADD_ADD(a2, p, b, c);
+    GMMGEN_MADD_ADD(a3, p, b, c);
+    GMMGEN_MADD_ADD(a4, p, b, c);
+    GMMGEN_MADD_ADD(a5, p, b, c);
+    GMMGEN_MADD_ADD(a6, p, b, c);
+    GMMGEN_MADD_ADD(a7, p, b, c);
   }
   const __m256i a[8] = {a0, a1, a2, a3, a4, a5, a6, a7};
   return lane_sum<int32_t>(a);
