@@ -390,12 +390,12 @@ TEST_F(QuantRuntime, TgmmBlocksOfGlobalRowsStraddleGroupBoundaries) {
 // The scale folds (a block's partial product times its scales, added to the accumulators) are
 // written as fused multiply-adds, so the bits of a quantized product do not depend on the compiler:
 // GCC contracts a product and a sum written apart, clang++ does not. One ISA family (isa=native:
-// the host's best, which the ci tier checks; each explicit family in the full tier), compiled by
-// g++ and by clang++, on the same inputs: gmm folding inside the micro-kernel (blocks shorter than
-// tk, with and without lhs scales), tgmm folding per row (fold_row), and a float product with
-// converted operands and output (f16 and bf16, accumulating). The kernels are cached in
-// $GMMGEN_TEST_CACHE_DIR when set (shared by .ci/test's builds; the cache key covers the
-// compiler), else in a private folder.
+// the host's best, and each explicit family; the full tier: the bits change only with the
+// templates), compiled by g++ and by clang++, on the same inputs: gmm folding inside the
+// micro-kernel (blocks shorter than tk, with and without lhs scales), tgmm folding per row
+// (fold_row), and a float product with converted operands and output (f16 and bf16, accumulating).
+// The kernels are cached in $GMMGEN_TEST_CACHE_DIR when set (shared by .ci/test's builds; the cache
+// key covers the compiler), else in a private folder.
 class CompilerIndependence : public ::testing::TestWithParam<Isa> {};
 
 TEST_P(CompilerIndependence, SameBitsFromGccAndClang) {
