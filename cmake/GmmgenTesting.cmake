@@ -16,6 +16,13 @@ set(_GMMGEN_TIER_LABELS_ci ci full)
 set(_GMMGEN_TIER_LABELS_full full)
 set(_GMMGEN_TIER_LABELS_ci_only ci)
 
+# Flags added to those of the kernels the tests compile at run time (GMMGEN_CXXFLAGS): .ci/test
+# gives -O2 below the full tier (a quarter less compile time than the runtime's -O3 on average;
+# the same contraction of products into FMAs), none in the full tier.
+set(GMMGEN_TEST_JIT_FLAGS "" CACHE STRING "Flags added to the tests' run-time kernel compiles")
+# GMMGEN_CXXFLAGS of the tests (tests/CMakeLists.txt: why the canary).
+string(STRIP "-DGMMGEN_SCRATCH_CANARY ${GMMGEN_TEST_JIT_FLAGS}" GMMGEN_TEST_CXXFLAGS)
+
 # The environment of the tests that run JAX in TPU interpret mode or on small arrays: most of
 # their time is XLA compiling (interpret mode compiles per shape), so XLA compiles without its
 # costly optimizations (~15% less test time). Not for a test whose time is XLA running the
