@@ -17,8 +17,8 @@ set(_GMMGEN_TIER_LABELS_full full)
 set(_GMMGEN_TIER_LABELS_ci_only ci)
 
 # Flags added to those of the kernels the tests compile at run time (GMMGEN_CXXFLAGS): .ci/test
-# gives -O2 below the full tier (a quarter less compile time than the runtime's -O3 on average;
-# the same contraction of products into FMAs), none in the full tier.
+# gives its Release leg's optimization, -O2 below the full tier (a quarter less compile time than
+# the runtime's -O3 on average; the same contraction of products into FMAs), -O3 in it.
 set(GMMGEN_TEST_JIT_FLAGS "" CACHE STRING "Flags added to the tests' run-time kernel compiles")
 # GMMGEN_CXXFLAGS of the tests (tests/CMakeLists.txt: why the canary).
 string(STRIP "-DGMMGEN_SCRATCH_CANARY ${GMMGEN_TEST_JIT_FLAGS}" GMMGEN_TEST_CXXFLAGS)
