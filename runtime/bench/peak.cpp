@@ -60,27 +60,43 @@ GMMGEN_REGISTER_ONLY __attribute__((target("avx2,fma"))) double fma_ymm() {
     for (int i = 0; i < 12; ++i) a[i] = _mm256_fmadd_ps(a[i], b, c);
   return lane_sum<float>(a);
 }
+// Twelve chains of one dot-product instruction `insn` (acc += b . c per lane) in named variables
+// a0..a11, one asm statement a step: an array of accumulators, each element an asm operand,
+// lives in memory (GCC 12 loads and stores every element around its asm, and the loop then
+// times store forwarding, not the instruction).
+#define GMMGEN_DOT_CHAINS(insn, b, c)                                                             \
+  for (int64_t it = 0; it < kIters; ++it)                                                         \
+  asm(insn " %13, %12, %0\n\t" insn " %13, %12, %1\n\t" insn " %13, %12, %2\n\t" insn             \
+           " %13, %12, %3\n\t" insn " %13, %12, %4\n\t" insn " %13, %12, %5\n\t" insn             \
+           " %13, %12, %6\n\t" insn " %13, %12, %7\n\t" insn " %13, %12, %8\n\t" insn             \
+           " %13, %12, %9\n\t" insn " %13, %12, %10\n\t" insn " %13, %12, %11"                    \
+      : "+v"(a0), "+v"(a1), "+v"(a2), "+v"(a3), "+v"(a4), "+v"(a5), "+v"(a6), "+v"(a7), "+v"(a8), \
+        "+v"(a9), "+v"(a10), "+v"(a11)                                                            \
+      : "v"(b), "v"(c))
 // vdpbf16ps: per f32 lane the products of two bf16 pairs, 64 flops an instruction.
 GMMGEN_REGISTER_ONLY __attribute__((target("avx512f,avx512bf16"))) double bf16_dot_zmm() {
-  __m512 a[12];
-  for (int i = 0; i < 12; ++i) a[i] = _mm512_set1_ps(float(i) * 1e-7f);
+  __m512 a0 = _mm512_set1_ps(0), a1 = _mm512_set1_ps(1e-7f), a2 = _mm512_set1_ps(2e-7f),
+         a3 = _mm512_set1_ps(3e-7f), a4 = _mm512_set1_ps(4e-7f), a5 = _mm512_set1_ps(5e-7f),
+         a6 = _mm512_set1_ps(6e-7f), a7 = _mm512_set1_ps(7e-7f), a8 = _mm512_set1_ps(8e-7f),
+         a9 = _mm512_set1_ps(9e-7f), a10 = _mm512_set1_ps(1e-6f), a11 = _mm512_set1_ps(1.1e-6f);
   const __m512i b = _mm512_set1_epi32(0x3f803f80), c = _mm512_set1_epi32(0x33d633d6);
-  for (int64_t it = 0; it < kIters; ++it)
-#pragma GCC unroll 12
-    for (int i = 0; i < 12; ++i) asm("vdpbf16ps %2, %1, %0" : "+v"(a[i]) : "v"(b), "v"(c));
+  GMMGEN_DOT_CHAINS("vdpbf16ps", b, c);
+  const __m512 a[12] = {a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11};
   return lane_sum<float>(a);
 }
 // vpdpbusd: per i32 lane four u8 x s8 products, 128 integer ops an instruction (the kernels use
 // inline asm for it too: templates/cpp/ukernel/avx512bf16.inc).
 GMMGEN_REGISTER_ONLY __attribute__((target("avx512f,avx512vnni"))) double int_dot_zmm() {
-  __m512i a[12];
-  for (int i = 0; i < 12; ++i) a[i] = _mm512_set1_epi32(i);
+  __m512i a0 = _mm512_set1_epi32(0), a1 = _mm512_set1_epi32(1), a2 = _mm512_set1_epi32(2),
+          a3 = _mm512_set1_epi32(3), a4 = _mm512_set1_epi32(4), a5 = _mm512_set1_epi32(5),
+          a6 = _mm512_set1_epi32(6), a7 = _mm512_set1_epi32(7), a8 = _mm512_set1_epi32(8),
+          a9 = _mm512_set1_epi32(9), a10 = _mm512_set1_epi32(10), a11 = _mm512_set1_epi32(11);
   const __m512i b = _mm512_set1_epi8(1), c = _mm512_set1_epi8(-1);
-  for (int64_t it = 0; it < kIters; ++it)
-#pragma GCC unroll 12
-    for (int i = 0; i < 12; ++i) asm("vpdpbusd %2, %1, %0" : "+v"(a[i]) : "v"(b), "v"(c));
+  GMMGEN_DOT_CHAINS("vpdpbusd", b, c);
+  const __m512i a[12] = {a0, a1, a2, a3, a4, a5, a6, a7, a8, a9, a10, a11};
   return lane_sum<int32_t>(a);
 }
+#undef GMMGEN_DOT_CHAINS
 // vpmaddwd then vpaddd (the avx2 kernels' integer dot product): per i32 lane two i16 x i16
 // products, 32 integer ops a pair of instructions. Each pair is one asm statement on its chain:
 // a product of loop invariants alone would be computed once, before the loop, and the loop would
