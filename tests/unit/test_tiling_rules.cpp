@@ -84,13 +84,17 @@ TEST(TilingRules, HeuristicNamesTheRulesItApplied) {
   s.isa = Isa::kNative;
   EXPECT_EQ((Tiling{512, 1024, 64}), heuristic_tiling(s, 100, Isa::kAvx512, &applied));
   EXPECT_EQ((std::vector<std::string_view>{"gmm-rows", "gmm-vector-float-large"}), applied);
-  // Integer codes on both sides take the integer dot product's rule on avx2 only.
+  // Integer codes on both sides take the integer dot product's rule where there is one.
   applied.clear();
   s = parse_text(
       "op=gmm,lhs=i8,rhs=i8,out=f32,lhs_quant=block:32,rhs_quant=block:32,k=1024,n=1408,g=8,"
       "isa=avx2");
   EXPECT_EQ((Tiling{512, 256, 128}), heuristic_tiling(s, 512, Isa::kNative, &applied));
-  EXPECT_EQ((std::vector<std::string_view>{"gmm-rows", "gmm-avx2-int-large"}), applied);
+  EXPECT_EQ((std::vector<std::string_view>{"gmm-rows", "gmm-int-large"}), applied);
+  s.isa = Isa::kAvx512Bf16;  // vpdpbusd
+  applied.clear();
+  EXPECT_EQ((Tiling{512, 256, 128}), heuristic_tiling(s, 512, Isa::kNative, &applied));
+  EXPECT_EQ((std::vector<std::string_view>{"gmm-rows", "gmm-int-large"}), applied);
   s.isa = Isa::kAvx512;  // no integer dot product: codes are decoded to f32
   applied.clear();
   EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s, 512, Isa::kNative, &applied));
