@@ -95,6 +95,11 @@ TEST(TilingRules, HeuristicNamesTheRulesItApplied) {
   applied.clear();
   EXPECT_EQ((Tiling{512, 256, 128}), heuristic_tiling(s, 512, Isa::kNative, &applied));
   EXPECT_EQ((std::vector<std::string_view>{"gmm-rows", "gmm-int-large"}), applied);
+  s.transpose_rhs = true;  // [N, K] weights: the same rule
+  applied.clear();
+  EXPECT_EQ((Tiling{512, 256, 128}), heuristic_tiling(s, 512, Isa::kNative, &applied));
+  EXPECT_EQ((std::vector<std::string_view>{"gmm-rows", "gmm-int-large"}), applied);
+  s.transpose_rhs = false;
   s.isa = Isa::kAvx512;  // no integer dot product: codes are decoded to f32
   applied.clear();
   EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s, 512, Isa::kNative, &applied));
