@@ -488,6 +488,41 @@ TEST(QuantizeCodes, IntegersRoundHalfToEvenAndClamp) {
   EXPECT_EQ(1, int(encode_code(DType::kT2, 3.0)));
 }
 
+// v (whose largest magnitude makes the absmax scale s) quantized with one scale (tensor), blocks
+// of 16 and one scale per column (v as 2 rows), every code against encode_code of its exact
+// quotient.
+void expect_codes_at_ties(DType d, const std::vector<float>& v, double s) {
+  const int64_t n = int64_t(v.size());
+  std::vector<uint8_t> q(static_cast<size_t>(n));
+  float st = 0;
+  QuantizeOptions o;
+  o.dtype = d;
+  o.scheme = scheme("tensor");
+  quantize(v.data(), 1, n, 0, o, q.data(), 0, &st, 0);
+  ASSERT_EQ(float(s), st);
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(int(encode_code(d, double(v[size_t(i)]) / s)),
+              int(codes::get_code(q.data(), i, bits_of(d))))
+        << "x=" << v[size_t(i)];
+  o.scheme = scheme("block:16");
+  std::vector<float> sb(size_t((n + 15) / 16));
+  quantize(v.data(), 1, n, 0, o, q.data(), 0, sb.data(), 0);
+  for (int64_t i = 0; i < n; ++i)
+    ASSERT_EQ(int(encode_code(d, double(v[size_t(i)]) / sb[size_t(i / 16)])),
+              int(codes::get_code(q.data(), i, bits_of(d))))
+        << "x=" << v[size_t(i)];
+  const int64_t cols = n / 2;
+  o.scheme = scheme("channel"), o.axis = QuantAxis::kRows;
+  std::vector<float> sc(static_cast<size_t>(cols));
+  const int64_t cld = packed_codes_ld(d, cols);
+  quantize(v.data(), 2, cols, 0, o, q.data(), 0, sc.data(), 0);
+  for (int64_t r = 0; r < 2; ++r)
+    for (int64_t c = 0; c < cols; ++c)
+      ASSERT_EQ(int(encode_code(d, double(v[size_t(r * cols + c)]) / sc[size_t(c)])),
+                int(codes::get_code(q.data() + r * cld * bits_of(d) / 8, c, bits_of(d))))
+          << "x=" << v[size_t(r * cols + c)];
+}
+
 // Values next to ties, x = (j + 1/2) * s rounded to f32, and their neighbours, in runs long
 // enough for the vector code: their f32 quotients x / s mostly land on the tie itself, while the
 // exact ones lie on either side. Then with s a power of two, where x / s is exactly the tie.
@@ -505,36 +540,30 @@ TEST(QuantizeCodes, IntegerRowsMatchEncodeCodeAtTies) {
       }
       std::uniform_real_distribution<float> u(-1.0f, 1.0f);
       while (v.size() % 16 != 11) v.push_back(u(rng) * amax);
-      const int64_t n = int64_t(v.size());
-      std::vector<uint8_t> q(static_cast<size_t>(n));
-      float st = 0;
-      QuantizeOptions o;
-      o.dtype = d;
-      o.scheme = scheme("tensor");
-      quantize(v.data(), 1, n, 0, o, q.data(), 0, &st, 0);
-      ASSERT_EQ(float(s), st);
-      for (int64_t i = 0; i < n; ++i)
-        ASSERT_EQ(int(encode_code(d, double(v[size_t(i)]) / s)),
-                  int(codes::get_code(q.data(), i, bits_of(d))))
-            << "x=" << v[size_t(i)];
-      // Blocks of 16 and one scale per column (v as 2 rows): each code from its own scale.
-      o.scheme = scheme("block:16");
-      std::vector<float> sb(size_t((n + 15) / 16));
-      quantize(v.data(), 1, n, 0, o, q.data(), 0, sb.data(), 0);
-      for (int64_t i = 0; i < n; ++i)
-        ASSERT_EQ(int(encode_code(d, double(v[size_t(i)]) / sb[size_t(i / 16)])),
-                  int(codes::get_code(q.data(), i, bits_of(d))))
-            << "x=" << v[size_t(i)];
-      const int64_t cols = n / 2;
-      o.scheme = scheme("channel"), o.axis = QuantAxis::kRows;
-      std::vector<float> sc(static_cast<size_t>(cols));
-      const int64_t cld = packed_codes_ld(d, cols);
-      quantize(v.data(), 2, cols, 0, o, q.data(), 0, sc.data(), 0);
-      for (int64_t r = 0; r < 2; ++r)
-        for (int64_t c = 0; c < cols; ++c)
-          ASSERT_EQ(int(encode_code(d, double(v[size_t(r * cols + c)]) / sc[size_t(c)])),
-                    int(codes::get_code(q.data() + r * cld * bits_of(d) / 8, c, bits_of(d))))
-              << "x=" << v[size_t(r * cols + c)];
+      expect_codes_at_ties(d, v, s);
+    }
+}
+
+// The same for fp8 (sixteen or eight codes at a time from f32 quotients): x = m * s rounded to
+// f32 for every midpoint m between neighbouring levels, subnormal ones included, and its
+// neighbours; then with s a power of two, where x / s is exactly m.
+TEST(QuantizeCodes, Fp8RowsMatchEncodeCodeAtTies) {
+  std::mt19937 rng(7);
+  for (DType d : {DType::kF8E4M3, DType::kF8E5M2})
+    for (const float amax : {1.0f, float(codes::qmax(d) / 64)}) {  // s = 1/max, 1/64
+      const double qmax = codes::qmax(d);
+      const double s = double(float(double(amax) / qmax));  // the absmax scale
+      SCOPED_TRACE(std::string(to_string(d)) + " s=" + std::to_string(s));
+      std::vector<double> levels = code_table(d).values;
+      std::sort(levels.begin(), levels.end());
+      std::vector<float> v{amax};
+      for (size_t i = 0; i + 1 < levels.size(); ++i) {
+        const float tie = float((levels[i] + levels[i + 1]) / 2 * s);
+        v.insert(v.end(), {tie, std::nextafter(tie, -1e30f), std::nextafter(tie, 1e30f)});
+      }
+      std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+      while (v.size() % 32 != 21) v.push_back(u(rng) * amax);
+      expect_codes_at_ties(d, v, s);
     }
 }
 

@@ -412,8 +412,6 @@ struct Source {
   }
 };
 
-// The codes of row[c0, c1): encode<D>(value(row[c]) / s), s = scales[c - c0] when per_column,
-// else scales[0]; fp8 eight at a time where the CPU has AVX-512.
 // Bits per code of a quantized dtype, at compile time (bits_of is a table lookup).
 template <DType D>
 constexpr int code_bits() {
@@ -422,7 +420,8 @@ constexpr int code_bits() {
 
 // The codes of row[c0, c1): encode<D>(value(row[c]) / s), s = scales[(c - c0) / every], every
 // being 1 (a scale per column), a block length (a power of two >= 16) or kOneScale; i8 and i4 in
-// vector code, fp8 eight at a time where the CPU has AVX-512.
+// vector code; fp8 too (f32 quotients under absmax calibration, f64 ones under fixed calibration
+// where the CPU has AVX-512).
 constexpr int64_t kOneScale = quant_runs::kOneScale;
 
 template <DType D>
@@ -441,7 +440,16 @@ void encode_run(const Codec& k, const Source& src, const float* row, int64_t c0,
   }
   if constexpr (D == DType::kF8E4M3 || D == DType::kF8E5M2) {
     const quant_runs::Fp8Format f{k.precision, k.emin, float(k.max), float(k.half_min_subnormal)};
-    if (quant_runs::has_fp8_exact()) {  // AVX-512: eight at a time in f64, every calibration
+    if (quant_runs::has_fp8_runs() && src.cal.kind == Calibration::Kind::kAbsmax) {
+      // Sixteen (AVX-512) or eight at a time in f32; eight holding a tie of the f32 quotient are
+      // encoded here, in f64.
+      for (;;) {
+        c = c0 + quant_runs::encode_fp8(f, row + c0, scales, every, c - c0, c1 - c0, crow + c0);
+        if (c + 8 > c1) break;
+        for (const int64_t e = c + 8; c < e; ++c)
+          crow[c] = encode<D>(k, double(row[c]) / scales[(c - c0) / every]);
+      }
+    } else if (quant_runs::has_fp8_exact()) {  // fixed calibration, AVX-512: eight at a time in f64
       const quant_runs::Clip clip{src.cal.kind == Calibration::Kind::kFixed, src.cal.lo,
                                   src.cal.hi};
       if (every == 1 || every >= c1 - c0) {
@@ -456,14 +464,6 @@ void encode_run(const Codec& k, const Source& src, const float* row, int64_t c0,
             crow[i] = encode<D>(k, src.value(row[i]) / double(scales[b]));
         }
         return;
-      }
-    } else if (quant_runs::has_fp8_runs() && src.cal.kind == Calibration::Kind::kAbsmax) {
-      // Eight at a time in f32; a group holding a tie of the f32 quotient is encoded here, in f64.
-      for (;;) {
-        c = c0 + quant_runs::encode_fp8(f, row + c0, scales, every, c - c0, c1 - c0, crow + c0);
-        if (c + 8 > c1) break;
-        for (const int64_t e = c + 8; c < e; ++c)
-          crow[c] = encode<D>(k, double(row[c]) / scales[(c - c0) / every]);
       }
     }
   }
