@@ -598,6 +598,43 @@ TEST(QuantizeScales, AllZeroBlockHasScaleOneAndZeroCodes) {
   }
 }
 
+// Rows of many blocks (their maxima are taken 16 blocks at a time where the host runs AVX-512):
+// each block's largest magnitude planted at a different position and sign, its size varied so
+// neighbouring scales differ, one block all zeros; whole groups of 16 blocks, then a few blocks
+// and a partial one.
+TEST(QuantizeScales, BlockMaximaOfLongRowsMatchTheReference) {
+  std::mt19937 rng(17);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (const int64_t block : {16, 32, 64, 128, 256}) {
+    SCOPED_TRACE("block:" + std::to_string(block));
+    const int64_t rows = 3, cols = 37 * block + 7, nb = (cols + block - 1) / block;
+    std::vector<float> x(size_t(rows * cols));
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t b = 0; b < nb; ++b) {
+        const int64_t c0 = b * block, n = std::min(block, cols - c0);
+        const float size = std::ldexp(1.0f, int((r * nb + b) % 23) - 11);
+        for (int64_t c = c0; c < c0 + n; ++c)
+          x[size_t(r * cols + c)] = r == 1 && b == 5 ? 0.0f : u(rng) * size;
+        if (r != 1 || b != 5)
+          x[size_t(r * cols + c0 + (b * 7 + r) % n)] = (b % 2 ? -1.5f : 1.5f) * size;
+      }
+    QuantizeOptions o;
+    o.dtype = DType::kI8;
+    o.scheme = scheme(("block:" + std::to_string(block)).c_str());
+    std::vector<uint8_t> q(x.size());
+    std::vector<float> sc(size_t(rows * nb), kScalePoison);
+    quantize(x.data(), rows, cols, 0, o, q.data(), 0, sc.data(), 0);
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t b = 0; b < nb; ++b) {
+        double amax = 0;
+        for (int64_t c = b * block; c < std::min(cols, (b + 1) * block); ++c)
+          amax = std::max(amax, std::fabs(double(x[size_t(r * cols + c)])));
+        const float want = amax == 0 ? 1.0f : float(amax / codes::qmax(DType::kI8));
+        ASSERT_EQ(want, sc[size_t(r * nb + b)]) << "row " << r << " block " << b;
+      }
+  }
+}
+
 TEST(QuantizeScales, TinyBlocksStillGetAPositiveScale) {
   // amax / qmax underflows f32 for every dtype but nf4 and t2.
   const float x[4] = {1e-44f, -2e-45f, 0.0f, 3e-45f};

@@ -25,8 +25,10 @@
 namespace gmmgen {
 namespace {
 
-// Columns of one panel when blocks are narrow: 256 f32 per row keeps a 128-row panel in L2.
-constexpr int64_t kPanelCols = 256;
+// Columns of one panel when blocks are narrow: 256 f32 per row keeps a 128-row panel in L2. A
+// panel of one row (1xB blocks) takes 4096: 16 KiB stay in L1 from the maxima to the codes, and
+// the maxima of 16 blocks are taken at once.
+constexpr int64_t kPanelCols = 256, kRowPanelCols = 4096;
 
 [[noreturn]] void fail(const std::string& msg) {
   throw InvalidArgument(msg);
@@ -565,7 +567,8 @@ template <DType D>
 void quantize_panels(const Source& src, const Codec& k, const Output& out) {
   const Layout& l = out.layout;
   if (out.scales && l.grid_rows == 1 && l.grid_cols == 1) return quantize_one_block<D>(src, k, out);
-  const int64_t chunk = std::min(l.grid_cols, std::max<int64_t>(1, kPanelCols / l.bc));
+  const int64_t cols = l.br == 1 ? kRowPanelCols : kPanelCols;
+  const int64_t chunk = std::min(l.grid_cols, std::max<int64_t>(1, cols / l.bc));
   const int64_t chunks = ceil_div(l.grid_cols, chunk);
   for_items(*src.pool, l.grid_rows * chunks, src.rows * src.cols, [&](int64_t i0, int64_t i1) {
     std::vector<float> s(static_cast<size_t>(chunk));

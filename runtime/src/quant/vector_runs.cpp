@@ -231,6 +231,58 @@ GMMGEN_RUNS_AVX512 int64_t amax_columns_avx512(float* s, const float* x, int64_t
   return i;
 }
 
+// The block maxima of 16 consecutive blocks of W vectors each from x: lane b of the result is
+// max |x| over block b. Each block's vectors are folded into one, then the 16 are reduced in a
+// tree (pairs of floats, pairs of pairs, then 128-bit lanes twice) that lands block b in lane b:
+// about 3 instructions per block where a horizontal max per block took about 10.
+template <int W>
+GMMGEN_RUNS_AVX512 inline __m512 amax16_blocks(const float* x) {
+  __m512 m[16], p[8], q[4], r[2];
+  for (int b = 0; b < 16; ++b) {
+    m[b] = _mm512_abs_ps(_mm512_loadu_ps(x + b * W * 16));
+    for (int j = 1; j < W; ++j)
+      m[b] = _mm512_max_ps(m[b], _mm512_abs_ps(_mm512_loadu_ps(x + (b * W + j) * 16)));
+  }
+  for (int i = 0; i < 8; ++i)  // per 128-bit lane: max of elements 0|2 and 1|3 of both blocks
+    p[i] = _mm512_max_ps(_mm512_unpacklo_ps(m[2 * i], m[2 * i + 1]),
+                         _mm512_unpackhi_ps(m[2 * i], m[2 * i + 1]));
+  for (int i = 0; i < 4; ++i) {  // per 128-bit lane: blocks 4i .. 4i + 3, each over the lane
+    const __m512d c = _mm512_castps_pd(p[2 * i]), d = _mm512_castps_pd(p[2 * i + 1]);
+    q[i] = _mm512_max_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(c, d)),
+                         _mm512_castpd_ps(_mm512_unpackhi_pd(c, d)));
+  }
+  for (int i = 0; i < 2; ++i)  // 128-bit lanes 0|1 and 2|3 of q[2i], then of q[2i + 1]
+    r[i] = _mm512_max_ps(_mm512_shuffle_f32x4(q[2 * i], q[2 * i + 1], 0x88),
+                         _mm512_shuffle_f32x4(q[2 * i], q[2 * i + 1], 0xdd));
+  return _mm512_max_ps(_mm512_shuffle_f32x4(r[0], r[1], 0x88),
+                       _mm512_shuffle_f32x4(r[0], r[1], 0xdd));
+}
+
+template <int W>
+GMMGEN_RUNS_AVX512 int64_t amax_blocks_w(const float* x, int64_t n, float* s) {
+  int64_t b = 0;
+  for (; (b + 16) * W * 16 <= n; b += 16)
+    _mm512_storeu_ps(s + b,
+                     _mm512_max_ps(_mm512_loadu_ps(s + b), amax16_blocks<W>(x + b * W * 16)));
+  return b;
+}
+
+// amax_blocks for blocks of 16 to 128 elements, 16 blocks at a time; returns the blocks done.
+GMMGEN_RUNS_AVX512 int64_t amax_blocks_avx512(const float* x, int64_t n, int64_t block, float* s) {
+  switch (block) {
+    case 16:
+      return amax_blocks_w<1>(x, n, s);
+    case 32:
+      return amax_blocks_w<2>(x, n, s);
+    case 64:
+      return amax_blocks_w<4>(x, n, s);
+    case 128:
+      return amax_blocks_w<8>(x, n, s);
+    default:
+      return 0;  // longer blocks: one horizontal max per block costs little
+  }
+}
+
 GMMGEN_RUNS_AVX512 inline __m256i codes8(const IntRun& r, __m256 x, __m512d s) {
   __m512d v = _mm512_cvtps_pd(x);
   if (r.fixed) v = _mm512_min_pd(_mm512_max_pd(v, _mm512_set1_pd(r.lo)), _mm512_set1_pd(r.hi));
@@ -426,8 +478,11 @@ void amax_columns(float* s, const float* x, int64_t n) {
 }
 
 void amax_blocks(const float* x, int64_t n, int64_t block, float* s) {
-  for (int64_t b = 0; b * block < n; ++b)
-    s[b] = amax(x + b * block, std::min(block, n - b * block), s[b]);
+  int64_t b = 0;
+#ifdef GMMGEN_QUANT_RUNS_X86
+  if (level() == Level::kAvx512) b = amax_blocks_avx512(x, n, block, s);
+#endif
+  for (; b * block < n; ++b) s[b] = amax(x + b * block, std::min(block, n - b * block), s[b]);
 }
 
 bool has_fp8_exact() {
