@@ -217,12 +217,18 @@ TEST_F(QuantRuntime, GmmQuantizesF32ActivationsInTheCall) {
     expect_gmm_matches(got, lhs, rhs, sizes, (K + sb - 1) / sb, "fused " + to_string(c.lq));
   }
 
-  // Refused, out untouched: a float lhs that is not f32, scales given for it, a NaN in it, a
-  // scheme the kernels do not take for lhs.
+  // Refused, out untouched: a float lhs that is not f32, scales given for it, a value that is not
+  // finite in it (found in the pass that quantizes it: channel and block scales, tensor scales'
+  // maximum; with fixed calibration by a scan first), a scheme the
+  // kernels do not take for lhs.
   const QMatrix rhs(w, G, K, N, DType::kI8, {QuantKind::kChannel, 0, 0}, QuantAxis::kRows);
   const TensorView weights = TensorView::batch(rhs.codes.data(), DType::kI8, G, K, N);
   std::vector<float> bad_x = x;
   bad_x[size_t(300 * K + 7)] = std::nanf("");
+  std::vector<float> inf_x = x;  // the first in row order is named, a NaN is not lost to an inf
+  inf_x[size_t(511 * K + 255)] = std::nanf("");
+  inf_x[size_t(100 * K + 255)] = INFINITY;
+  inf_x[size_t(400 * K)] = -INFINITY;
   const std::vector<uint16_t> x16(size_t(M * K), 0x3f80);
   std::vector<float> out(size_t(M * N), -3.0f);
   const float one = 1.0f;
@@ -231,8 +237,11 @@ TEST_F(QuantRuntime, GmmQuantizesF32ActivationsInTheCall) {
     Scales lhs_scales;
     Quant scheme;
     const char* message;
+    Calibration calibration{};
   };
-  const Quant channel{QuantKind::kChannel, 0, 0};
+  const Quant channel{QuantKind::kChannel, 0, 0}, block16{QuantKind::kBlock, 16, 0},
+      tensor{QuantKind::kTensor, 0, 0};
+  const Calibration fixed{Calibration::Kind::kFixed, -2.0, 2.0};
   const Bad bad[] = {
       {TensorView::matrix(x16.data(), DType::kBF16, M, K), {}, channel, "lhs must hold f32"},
       {TensorView::matrix(x.data(), DType::kF32, M, K),
@@ -240,15 +249,22 @@ TEST_F(QuantRuntime, GmmQuantizesF32ActivationsInTheCall) {
        channel,
        "lhs_scales must be empty"},
       {TensorView::matrix(bad_x.data(), DType::kF32, M, K), {}, channel, "x[300, 7]=nan"},
+      {TensorView::matrix(bad_x.data(), DType::kF32, M, K), {}, block16, "x[300, 7]=nan"},
+      {TensorView::matrix(bad_x.data(), DType::kF32, M, K), {}, tensor, "x[300, 7]=nan"},
+      {TensorView::matrix(bad_x.data(), DType::kF32, M, K), {}, channel, "x[300, 7]=nan", fixed},
+      {TensorView::matrix(inf_x.data(), DType::kF32, M, K), {}, block16, "x[100, 255]=inf"},
+      {TensorView::matrix(inf_x.data(), DType::kF32, M, K), {}, tensor, "x[100, 255]=inf"},
+
       {TensorView::matrix(x.data(), DType::kF32, M, K), {}, Quant{}, "lhs_quant"}};
   for (const Bad& b : bad) {
     GmmOptions f;
     f.rhs_scales = {channel, rhs.scales.data(), 0};
     f.lhs_scales = b.lhs_scales;
-    f.quantize_lhs = LhsQuantization{DType::kI8, b.scheme, {}};
+    f.quantize_lhs = LhsQuantization{DType::kI8, b.scheme, b.calibration};
     try {
       rt_->gmm(b.lhs, weights, sizes, TensorView::matrix(out.data(), DType::kF32, M, N), f);
-      ADD_FAILURE() << "no error; expected one naming " << b.message;
+      ADD_FAILURE() << "no error; expected one naming " << b.message
+                    << " (lhs_quant=" << to_string(b.scheme) << ")";
     } catch (const std::exception& e) {
       EXPECT_NE(std::string(e.what()).find(b.message), std::string::npos) << e.what();
     }

@@ -882,6 +882,28 @@ TEST(QuantizeErrors, NameTheParameterAndLeaveOutputsUntouched) {
         c.x[700 * 40] = -INFINITY;
       },
       "x[601, 39]=nan is not finite");
+  // Tensor scales: the check rides on the maximum over all of x, taken before anything is
+  // written; a NaN is not lost to an inf, nor either to a large finite value.
+  expect_error(
+      [](QuantizeCall& c) {
+        c.o.scheme = Quant{QuantKind::kTensor, 0, 0};
+        c.x[3 * 40 + 39] = std::nanf("");
+        c.x[3 * 40 + 38] = 3e38f;
+        c.x[5 * 40 + 2] = INFINITY;
+      },
+      "x[3, 39]=nan is not finite");
+  expect_error(
+      [](QuantizeCall& c) {
+        c.o.scheme = Quant{QuantKind::kTensor, 0, 0};
+        c.rows = 1000;
+        c.x.assign(size_t(1000 * 40), 0.5f);
+        c.xp = c.x.data();
+        c.q.assign(size_t(1000 * 20), kCodePoison);
+        c.qp = c.q.data();
+        c.x[999 * 40 + 39] = -INFINITY;
+        c.x[12 * 40 + 7] = std::nanf("");
+      },
+      "x[12, 7]=nan is not finite");
   expect_error([](QuantizeCall& c) { c.qp = const_cast<float*>(c.x.data() + 3); },
                "codes overlaps x");
   expect_error([](QuantizeCall& c) { c.sp = reinterpret_cast<float*>(c.q.data() + 64); },

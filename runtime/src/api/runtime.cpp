@@ -811,18 +811,22 @@ void Runtime::gmm(const TensorView& lhs, const TensorView& rhs,
   const KernelSpec spec = gmm_spec(lhs, rhs, group_sizes, out, o);
   const gmmgen_kernel_entry& kernel = impl_->dispatch(spec, o.tiling.has_value());
   const int64_t m = lhs.shape[0], k = lhs.shape[1];
-  // Everything the call checks itself, lhs's values included, before its scratch grows; the
-  // kernel's own checks (rhs, out, scales) before out is written.
+  // The call's arguments are checked before its scratch grows, lhs's values as they are quantized
+  // into it (one pass over lhs), and the kernel's own checks (rhs, out, scales) before out is
+  // written: a refused call leaves out untouched.
   check_group_rows(group_sizes, o.group_offset, spec.g_local, m);
   QuantizeOptions qopt;
   qopt.dtype = q.dtype, qopt.scheme = q.scheme, qopt.axis = QuantAxis::kCols;
   qopt.calibration = q.calibration;
   const float* x = static_cast<const float*>(lhs.data);
   if (m > 0 && k > 0 && !x) throw InvalidArgument("lhs is NULL");
+  const auto quantizer = [](const InvalidArgument& e) {
+    return InvalidArgument(std::string("quantize_lhs (lhs is the quantizer's x): ") + e.what());
+  };
   try {
-    check_quantize_input(x, m, k, lhs.ld, qopt, impl_->pool);
+    check_quantize_args(x, m, k, lhs.ld, qopt);
   } catch (const InvalidArgument& e) {
-    throw InvalidArgument(std::string("quantize_lhs (lhs is the quantizer's x): ") + e.what());
+    throw quantizer(e);
   }
   thread_local LhsScratch scratch;
   const ScaleShape ss = scale_shape(q.scheme, QuantAxis::kCols, m, k);
@@ -832,7 +836,11 @@ void Runtime::gmm(const TensorView& lhs, const TensorView& rhs,
   float* scales = at_least(scratch.scales, std::max<int64_t>(1, ss.rows * ss.cols));
   if (m == 0 || k == 0)  // no codes, no scale computed: any positive one (none is applied)
     std::fill_n(scales, std::max<int64_t>(1, ss.rows * ss.cols), 1.0f);
-  quantize_checked(x, m, k, lhs.ld, qopt, codes, scales, impl_->pool);
+  try {
+    quantize_into_scratch(x, m, k, lhs.ld, qopt, codes, scales, impl_->pool);
+  } catch (const InvalidArgument& e) {
+    throw quantizer(e);
+  }
   const Scales lhs_scales{q.scheme, q.scheme.kind == QuantKind::kNone ? nullptr : scales, 0};
   run(kernel, make_args(TensorView::matrix(codes, q.dtype, m, k), rhs, group_sizes, out,
                         o.group_offset, o.existing_out, m, lhs_scales, o.rhs_scales));

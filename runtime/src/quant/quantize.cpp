@@ -407,6 +407,9 @@ struct Source {
   Calibration cal;
   float fixed_scale;  // fixed calibration: every block's scale
   ThreadPool* pool;   // where the work is split
+  // Values not checked before: a panel (or the single block) whose maxima are not finite sets
+  // *bad and writes nothing (the maxima see every value under absmax calibration).
+  std::atomic<bool>* bad = nullptr;
   // The value encoded for element x: clipped first under fixed calibration.
   double value(float v) const {
     return cal.kind == Calibration::Kind::kFixed ? std::clamp(double(v), cal.lo, cal.hi)
@@ -529,6 +532,8 @@ void quantize_panel(const Source& src, const Codec& k, const Output& out, int64_
       else
         quant_runs::amax_blocks(row + c0, c1 - c0, l.bc, s);
     }
+    if (src.bad && !std::all_of(s, s + nb, [](float m) { return std::isfinite(m); }))
+      return src.bad->store(true);
     for (int64_t b = 0; b < nb; ++b) s[b] = absmax_scale(s[b], k.qmax);
   }
   if (scaled)
@@ -551,8 +556,9 @@ void quantize_one_block(const Source& src, const Codec& k, const Output& out) {
       float a = 0.0f;
       for (int64_t r = r0; r < r1; ++r) a = quant_runs::amax(src.x + r * src.ld, src.cols, a);
       const std::lock_guard<std::mutex> lock(mutex);
-      amax = std::max(amax, a);
+      amax = quant_runs::max_magnitude(amax, a);  // keeps a NaN, as the maxima do
     });
+    if (src.bad && !std::isfinite(amax)) return src.bad->store(true);
     scale = absmax_scale(amax, k.qmax);
   }
   out.scales[out.layout.index(0, 0)] = scale;
@@ -624,7 +630,7 @@ void quantize_tiles(const Source& src, const Codec& k, int64_t block, const Outp
 
 Source make_source(const float* x, int64_t rows, int64_t cols, int64_t ld, const Calibration& c,
                    const Codec& k, ThreadPool& pool) {
-  Source s{x, rows, cols, ld, c, 1.0f, &pool};
+  Source s{x, rows, cols, ld, c, 1.0f, &pool, nullptr};
   if (c.kind == Calibration::Kind::kFixed) s.fixed_scale = positive_scale(fixed_bound(c) / k.qmax);
   return s;
 }
@@ -707,11 +713,28 @@ void check_options(const QuantizeOptions& o) {
   check_scheme(o.scheme, o.dtype, o.calibration, "scheme");
 }
 
+// When x's values are checked: already (kDone), before anything is written (kBeforeWrites: the
+// caller's outputs), or while the outputs are written (kWhileWriting: outputs of the runtime's
+// own, which an error leaves half written). Under absmax calibration every value passes through a
+// block maximum, which is not finite if one of its values is not: the check rides on it where
+// the maxima come before every write (one block of tensor scales, or any block kWhileWriting);
+// elsewhere a scan of x runs first.
+enum class Check { kDone, kBeforeWrites, kWhileWriting };
+
 void run_quantize(ThreadPool& pool, const float* x, int64_t rows, int64_t cols, int64_t ld,
-                  const QuantizeOptions& o, const Output& out) {
+                  const QuantizeOptions& o, const Output& out, Check check) {
   const Codec k(o.dtype);
-  const Source src = make_source(x, rows, cols, ld, o.calibration, k, pool);
+  Source src = make_source(x, rows, cols, ld, o.calibration, k, pool);
+  const bool maxima = out.scales && o.calibration.kind == Calibration::Kind::kAbsmax;
+  const bool one_block = out.layout.grid_rows == 1 && out.layout.grid_cols == 1;
+  const bool on_maxima =
+      maxima && (check == Check::kWhileWriting || (check == Check::kBeforeWrites && one_block));
+  if (check != Check::kDone && !on_maxima) check_finite(pool, x, rows, cols, ld);
+  std::atomic<bool> bad{false};
+  if (on_maxima) src.bad = &bad;
   with_dtype(o.dtype, [&](auto d) { quantize_panels<decltype(d)::value>(src, k, out); });
+  if (bad)
+    check_finite(pool, x, rows, cols, ld);  // throws, naming the first value that is not finite
 }
 
 }  // namespace
@@ -726,8 +749,7 @@ void quantize(const float* x, int64_t rows, int64_t cols, int64_t x_ld, const Qu
   cr.name = "codes", sr.name = "scales";
   check_disjoint({xr, cr, sr});
   if (rows == 0 || cols == 0) return;
-  check_finite(process_pool(), x, rows, cols, ld);
-  run_quantize(process_pool(), x, rows, cols, ld, o, out);
+  run_quantize(process_pool(), x, rows, cols, ld, o, out, Check::kBeforeWrites);
 }
 
 bool first_not_finite(const float* x, int64_t rows, int64_t cols, int64_t ld, ThreadPool& pool,
@@ -749,16 +771,15 @@ bool first_not_finite(const float* x, int64_t rows, int64_t cols, int64_t ld, Th
   return true;
 }
 
-void check_quantize_input(const float* x, int64_t rows, int64_t cols, int64_t x_ld,
-                          const QuantizeOptions& o, ThreadPool& pool) {
+void check_quantize_args(const float* x, int64_t rows, int64_t cols, int64_t x_ld,
+                         const QuantizeOptions& o) {
   check_options(o);
   Region xr;
-  const int64_t ld = check_input(x, rows, cols, x_ld, xr);
-  if (rows > 0 && cols > 0) check_finite(pool, x, rows, cols, ld);
+  check_input(x, rows, cols, x_ld, xr);
 }
 
-void quantize_checked(const float* x, int64_t rows, int64_t cols, int64_t x_ld,
-                      const QuantizeOptions& o, void* codes, float* scales, ThreadPool& pool) {
+void quantize_into_scratch(const float* x, int64_t rows, int64_t cols, int64_t x_ld,
+                           const QuantizeOptions& o, void* codes, float* scales, ThreadPool& pool) {
   if (rows == 0 || cols == 0) return;
   Output out;
   out.layout = layout_of(o.scheme, o.axis, rows, cols);
@@ -766,7 +787,7 @@ void quantize_checked(const float* x, int64_t rows, int64_t cols, int64_t x_ld,
   out.code_stride = packed_codes_ld(o.dtype, cols) / codes::elements_per_byte(o.dtype);
   out.codes = static_cast<uint8_t*>(codes);
   out.scales = o.scheme.kind == QuantKind::kNone ? nullptr : scales;
-  run_quantize(pool, x, rows, cols, x_ld ? x_ld : cols, o, out);
+  run_quantize(pool, x, rows, cols, x_ld ? x_ld : cols, o, out, Check::kWhileWriting);
 }
 
 void quantize_dual(const float* x, int64_t rows, int64_t cols, int64_t x_ld,

@@ -1,6 +1,7 @@
 // The quantizer for the runtime's own calls that quantize an operand (GmmOptions::quantize_lhs):
-// its checks apart from its work, so that the call checks everything before its scratch grows,
-// and the work on the call's pool.
+// its argument checks apart from its work, so that the call checks its arguments before its
+// scratch grows; the work on the call's pool, into that scratch, checking x's values as it reads
+// them (one pass over x where quantize() makes two).
 #pragma once
 
 #include <cstdint>
@@ -15,14 +16,17 @@ namespace gmmgen {
 bool first_not_finite(const float* x, int64_t rows, int64_t cols, int64_t ld, ThreadPool& pool,
                       int64_t& row, int64_t& col);
 
-// What quantize() checks of the options and of x, x's values included (split over `pool`);
-// nothing of the outputs.
-void check_quantize_input(const float* x, int64_t rows, int64_t cols, int64_t x_ld,
-                          const QuantizeOptions& o, ThreadPool& pool);
+// What quantize() checks of the options and of x's shape and stride; nothing of x's values or of
+// the outputs.
+void check_quantize_args(const float* x, int64_t rows, int64_t cols, int64_t x_ld,
+                         const QuantizeOptions& o);
 
-// quantize() after check_quantize_input, into packed outputs the caller made for it (codes
+// quantize() after check_quantize_args, into packed outputs of the caller's own (codes
 // [rows, packed_codes_ld(dtype, cols)], scales of scale_shape(), packed), split over `pool`.
-void quantize_checked(const float* x, int64_t rows, int64_t cols, int64_t x_ld,
-                      const QuantizeOptions& o, void* codes, float* scales, ThreadPool& pool);
+// x's values are checked as they are read (under absmax calibration, in the same pass as the
+// codes): a value that is not finite throws quantize()'s InvalidArgument, after some of the
+// outputs may have been written.
+void quantize_into_scratch(const float* x, int64_t rows, int64_t cols, int64_t x_ld,
+                           const QuantizeOptions& o, void* codes, float* scales, ThreadPool& pool);
 
 }  // namespace gmmgen

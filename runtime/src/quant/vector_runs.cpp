@@ -1,6 +1,7 @@
 #include "quant/vector_runs.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -42,11 +43,19 @@ GMMGEN_RUNS_AVX2 inline __m256 abs8(__m256 v) {
   return _mm256_and_ps(v, _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff)));
 }
 
-GMMGEN_RUNS_AVX2 float hmax8(__m256 v) {
-  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-  m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
-  return _mm_cvtss_f32(m);
+// The maxima are taken on the bit patterns of magnitudes (sign cleared): for finite values the
+// same order as the floats', while an inf or NaN (exponent all ones) exceeds every finite value
+// and survives every later maximum, so a maximum that is not finite reports one in its input.
+GMMGEN_RUNS_AVX2 inline __m256 maxbits8(__m256 a, __m256 b) {
+  return _mm256_castsi256_ps(_mm256_max_epu32(_mm256_castps_si256(a), _mm256_castps_si256(b)));
+}
+
+GMMGEN_RUNS_AVX2 float hmaxbits8(__m256 v) {
+  __m128i m = _mm_max_epu32(_mm256_castsi256_si128(_mm256_castps_si256(v)),
+                            _mm256_extracti128_si256(_mm256_castps_si256(v), 1));
+  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0x4e));
+  m = _mm_max_epu32(m, _mm_shuffle_epi32(m, 0xb1));
+  return std::bit_cast<float>(_mm_cvtsi128_si32(m));
 }
 
 GMMGEN_RUNS_AVX2 int64_t not_finite_avx2(const float* x, int64_t n, bool& bad) {
@@ -65,18 +74,18 @@ GMMGEN_RUNS_AVX2 int64_t amax_avx2(const float* x, int64_t n, float& m) {
   __m256 a = _mm256_set1_ps(m), b = a;
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    a = _mm256_max_ps(a, abs8(_mm256_loadu_ps(x + i)));
-    b = _mm256_max_ps(b, abs8(_mm256_loadu_ps(x + i + 8)));
+    a = maxbits8(a, abs8(_mm256_loadu_ps(x + i)));
+    b = maxbits8(b, abs8(_mm256_loadu_ps(x + i + 8)));
   }
-  for (; i + 8 <= n; i += 8) a = _mm256_max_ps(a, abs8(_mm256_loadu_ps(x + i)));
-  m = hmax8(_mm256_max_ps(a, b));
+  for (; i + 8 <= n; i += 8) a = maxbits8(a, abs8(_mm256_loadu_ps(x + i)));
+  m = hmaxbits8(maxbits8(a, b));
   return i;
 }
 
 GMMGEN_RUNS_AVX2 int64_t amax_columns_avx2(float* s, const float* x, int64_t n) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8)
-    _mm256_storeu_ps(s + i, _mm256_max_ps(_mm256_loadu_ps(s + i), abs8(_mm256_loadu_ps(x + i))));
+    _mm256_storeu_ps(s + i, maxbits8(_mm256_loadu_ps(s + i), abs8(_mm256_loadu_ps(x + i))));
   return i;
 }
 
@@ -211,15 +220,19 @@ GMMGEN_RUNS_AVX512 int64_t not_finite_avx512(const float* x, int64_t n, bool& ba
   return i;
 }
 
+GMMGEN_RUNS_AVX512 inline __m512 maxbits16(__m512 a, __m512 b) {  // as maxbits8
+  return _mm512_castsi512_ps(_mm512_max_epu32(_mm512_castps_si512(a), _mm512_castps_si512(b)));
+}
+
 GMMGEN_RUNS_AVX512 int64_t amax_avx512(const float* x, int64_t n, float& m) {
   __m512 a = _mm512_set1_ps(m), b = a;
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
-    a = _mm512_max_ps(a, _mm512_abs_ps(_mm512_loadu_ps(x + i)));
-    b = _mm512_max_ps(b, _mm512_abs_ps(_mm512_loadu_ps(x + i + 16)));
+    a = maxbits16(a, _mm512_abs_ps(_mm512_loadu_ps(x + i)));
+    b = maxbits16(b, _mm512_abs_ps(_mm512_loadu_ps(x + i + 16)));
   }
-  for (; i + 16 <= n; i += 16) a = _mm512_max_ps(a, _mm512_abs_ps(_mm512_loadu_ps(x + i)));
-  m = _mm512_reduce_max_ps(_mm512_max_ps(a, b));
+  for (; i + 16 <= n; i += 16) a = maxbits16(a, _mm512_abs_ps(_mm512_loadu_ps(x + i)));
+  m = std::bit_cast<float>(_mm512_reduce_max_epu32(_mm512_castps_si512(maxbits16(a, b))));
   return i;
 }
 
@@ -227,7 +240,7 @@ GMMGEN_RUNS_AVX512 int64_t amax_columns_avx512(float* s, const float* x, int64_t
   int64_t i = 0;
   for (; i + 16 <= n; i += 16)
     _mm512_storeu_ps(s + i,
-                     _mm512_max_ps(_mm512_loadu_ps(s + i), _mm512_abs_ps(_mm512_loadu_ps(x + i))));
+                     maxbits16(_mm512_loadu_ps(s + i), _mm512_abs_ps(_mm512_loadu_ps(x + i))));
   return i;
 }
 
@@ -241,29 +254,27 @@ GMMGEN_RUNS_AVX512 inline __m512 amax16_blocks(const float* x) {
   for (int b = 0; b < 16; ++b) {
     m[b] = _mm512_abs_ps(_mm512_loadu_ps(x + b * W * 16));
     for (int j = 1; j < W; ++j)
-      m[b] = _mm512_max_ps(m[b], _mm512_abs_ps(_mm512_loadu_ps(x + (b * W + j) * 16)));
+      m[b] = maxbits16(m[b], _mm512_abs_ps(_mm512_loadu_ps(x + (b * W + j) * 16)));
   }
   for (int i = 0; i < 8; ++i)  // per 128-bit lane: max of elements 0|2 and 1|3 of both blocks
-    p[i] = _mm512_max_ps(_mm512_unpacklo_ps(m[2 * i], m[2 * i + 1]),
-                         _mm512_unpackhi_ps(m[2 * i], m[2 * i + 1]));
+    p[i] = maxbits16(_mm512_unpacklo_ps(m[2 * i], m[2 * i + 1]),
+                     _mm512_unpackhi_ps(m[2 * i], m[2 * i + 1]));
   for (int i = 0; i < 4; ++i) {  // per 128-bit lane: blocks 4i .. 4i + 3, each over the lane
     const __m512d c = _mm512_castps_pd(p[2 * i]), d = _mm512_castps_pd(p[2 * i + 1]);
-    q[i] = _mm512_max_ps(_mm512_castpd_ps(_mm512_unpacklo_pd(c, d)),
-                         _mm512_castpd_ps(_mm512_unpackhi_pd(c, d)));
+    q[i] = maxbits16(_mm512_castpd_ps(_mm512_unpacklo_pd(c, d)),
+                     _mm512_castpd_ps(_mm512_unpackhi_pd(c, d)));
   }
   for (int i = 0; i < 2; ++i)  // 128-bit lanes 0|1 and 2|3 of q[2i], then of q[2i + 1]
-    r[i] = _mm512_max_ps(_mm512_shuffle_f32x4(q[2 * i], q[2 * i + 1], 0x88),
-                         _mm512_shuffle_f32x4(q[2 * i], q[2 * i + 1], 0xdd));
-  return _mm512_max_ps(_mm512_shuffle_f32x4(r[0], r[1], 0x88),
-                       _mm512_shuffle_f32x4(r[0], r[1], 0xdd));
+    r[i] = maxbits16(_mm512_shuffle_f32x4(q[2 * i], q[2 * i + 1], 0x88),
+                     _mm512_shuffle_f32x4(q[2 * i], q[2 * i + 1], 0xdd));
+  return maxbits16(_mm512_shuffle_f32x4(r[0], r[1], 0x88), _mm512_shuffle_f32x4(r[0], r[1], 0xdd));
 }
 
 template <int W>
 GMMGEN_RUNS_AVX512 int64_t amax_blocks_w(const float* x, int64_t n, float* s) {
   int64_t b = 0;
   for (; (b + 16) * W * 16 <= n; b += 16)
-    _mm512_storeu_ps(s + b,
-                     _mm512_max_ps(_mm512_loadu_ps(s + b), amax16_blocks<W>(x + b * W * 16)));
+    _mm512_storeu_ps(s + b, maxbits16(_mm512_loadu_ps(s + b), amax16_blocks<W>(x + b * W * 16)));
   return b;
 }
 
@@ -453,6 +464,11 @@ bool any_not_finite(const float* x, int64_t n) {
   return bad;
 }
 
+float max_magnitude(float m, float v) {
+  return std::bit_cast<float>(
+      std::max(std::bit_cast<uint32_t>(m), std::bit_cast<uint32_t>(v) & 0x7fffffffu));
+}
+
 float amax(const float* x, int64_t n, float init) {
   float m = init;
   int64_t i = 0;
@@ -462,7 +478,7 @@ float amax(const float* x, int64_t n, float init) {
   else if (level() == Level::kAvx2)
     i = amax_avx2(x, n, m);
 #endif
-  for (; i < n; ++i) m = std::max(m, std::fabs(x[i]));
+  for (; i < n; ++i) m = max_magnitude(m, x[i]);
   return m;
 }
 
@@ -474,7 +490,7 @@ void amax_columns(float* s, const float* x, int64_t n) {
   else if (level() == Level::kAvx2)
     i = amax_columns_avx2(s, x, n);
 #endif
-  for (; i < n; ++i) s[i] = std::max(s[i], std::fabs(x[i]));
+  for (; i < n; ++i) s[i] = max_magnitude(s[i], x[i]);
 }
 
 void amax_blocks(const float* x, int64_t n, int64_t block, float* s) {

@@ -11,10 +11,17 @@ namespace gmmgen::quant_runs {
 // Whether any of x[0, n) is inf or NaN.
 bool any_not_finite(const float* x, int64_t n);
 
-// max(init, |x[0]|, ..., |x[n-1]|); x finite.
+// The maxima below are taken on the magnitudes' bit patterns: for finite values the float
+// maximum; an inf or NaN among the values makes the maximum inf or NaN (never lost), so a
+// maximum that is not finite reports a value that is not.
+
+// max(m, |v|), m >= 0.
+float max_magnitude(float m, float v);
+
+// max(init, |x[0]|, ..., |x[n-1]|); init >= 0.
 float amax(const float* x, int64_t n, float init);
 
-// s[i] = max(s[i], |x[i]|) for i in [0, n); x finite.
+// s[i] = max(s[i], |x[i]|) for i in [0, n); s[i] >= 0.
 void amax_columns(float* s, const float* x, int64_t n);
 
 // An integer code run: bits 8 (i8) or 4 (i4, two codes per byte, the first in the low nibble),
@@ -27,7 +34,7 @@ struct IntRun {
 };
 
 // s[b] = max(s[b], |x[i]| over block b), blocks of `block` elements from x[0] (the last may be
-// partial); x finite.
+// partial); s[b] >= 0.
 void amax_blocks(const float* x, int64_t n, int64_t block, float* s);
 
 // A scale run longer than any row: one scale for the whole run.
