@@ -609,13 +609,15 @@ Row run(Runtime& rt, const KernelSpec& spec, const Workload& work, const Options
   }
 
   // Activations quantized in the call (gmm with lhs codes): other f32 activations of the same
-  // distribution, quantized by gmmgen::quantize into the lhs's dtype and scheme, then the kernel
-  // on them, into an output of its own.
+  // distribution, quantized by gmmgen::quantize into the lhs's dtype and scheme (timed alone),
+  // and given to Runtime::gmm with GmmOptions::quantize_lhs, which quantizes them and runs this
+  // row's kernel, into an output of its own (end to end).
   const bool quantizes_activations = !tgmm && codes::is_quantized(spec.lhs);
   std::vector<float> act;
   std::unique_ptr<Operand> act_q;
   std::unique_ptr<Buffer> act_out;
-  gmmgen_args ea = a;
+  GmmOptions fused;
+  TensorView act_view, rhs_view, out_view;
   if (quantizes_activations) {
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     act.resize(size_t(M * K));
@@ -624,17 +626,30 @@ Row run(Runtime& rt, const KernelSpec& spec, const Workload& work, const Options
     act_q->grid = lhs.grid;
     act_q->scales.assign(std::max<size_t>(lhs.scales.size(), 1), 0.0f);
     act_out = std::make_unique<Buffer>(spec.out, M * N);
-    ea.lhs = act_q->mem.data(), ea.lhs_scale = act_q->scale_data(), ea.out = act_out->data();
-    if (spec.out_mode != OutMode::kPlain) ea.existing_out = act_out->data();
+    act_view = TensorView::matrix(act.data(), DType::kF32, M, K);
+    rhs_view = TensorView::batch(rhs.mem.data(), spec.rhs, spec.g_local, spec.transpose_rhs ? N : K,
+                                 spec.transpose_rhs ? K : N);
+    out_view = TensorView::matrix(act_out->data(), spec.out, M, N);
+    fused.transpose_rhs = spec.transpose_rhs;
+    fused.tiling = spec.tiling;
+    fused.rhs_scales = {spec.rhs_quant, rhs.scale_data(), 0};
+    fused.quantize_lhs = LhsQuantization{spec.lhs, spec.lhs_quant, {}};
+    if (spec.out_mode != OutMode::kPlain) {
+      fused.existing_out = &out_view;
+      fused.accumulate = spec.out_mode == OutMode::kAccumulate;
+    }
+    if (rt.gmm_spec(act_view, rhs_view, work.group_sizes, out_view, fused) != spec)
+      throw std::logic_error("bench: the end-to-end call would run another kernel than " +
+                             row.kernel);
   }
   const auto quantize_activations = [&] {
     quantize(act.data(), M, K, 0, act_q->options(), act_q->mem.data(), 0,
              act_q->scheme.kind == QuantKind::kNone ? nullptr : act_q->scales.data(), 0);
   };
 
-  // The kernel, the float kernel, the quantizer alone and followed by the kernel, and the
-  // baseline, round robin. The baseline's OpenMP workers spin after each call (libgomp: 300000
-  // pause loops, ~5-12 ms) before they sleep; 50 ms lets them go to sleep before the next
+  // The kernel, the float kernel, the quantizer alone, the call that quantizes and runs the kernel,
+  // and the baseline, round robin. The baseline's OpenMP workers spin after each call (libgomp:
+  // 300000 pause loops, ~5-12 ms) before they sleep; 50 ms lets them go to sleep before the next
   // contender starts.
   std::vector<Contender> contenders{{[&] { rt.run(kernel, a); }}};
   const size_t float_at = contenders.size();
@@ -642,10 +657,7 @@ Row run(Runtime& rt, const KernelSpec& spec, const Workload& work, const Options
   const size_t quantize_at = contenders.size();
   if (quantizes_activations) {
     contenders.push_back({quantize_activations});
-    contenders.push_back({[&] {
-      quantize_activations();
-      rt.run(kernel, ea);
-    }});
+    contenders.push_back({[&] { rt.gmm(act_view, rhs_view, work.group_sizes, out_view, fused); }});
   }
   if (base) contenders.push_back({[&] { base->run(); }, std::chrono::milliseconds(50)});
   const std::vector<double> ms = median_ms(contenders, o.reps);

@@ -295,7 +295,7 @@ TEST(BenchQuant, QuantizedRowsCheckAgainstTheDequantizedReferenceAndBaselines) {
       EXPECT_EQ(j["baseline_dtype"], to_string(act));
       EXPECT_TRUE(j.contains("vs_float"));
       EXPECT_TRUE(j["vs_float"].is_null());  // nobody timed the float kernel here
-      // gmm on lhs codes: the quantizer on f32 activations, alone and then the kernel.
+      // gmm on lhs codes: the quantizer on f32 activations alone, and the call quantizing them.
       if (spec.op == Op::kGmm && codes::is_quantized(spec.lhs)) {
         EXPECT_GT(row.quantize_ms, 0);
         EXPECT_NEAR(row.quantize_gbs, 70.0 * spec.k * 4 / (row.quantize_ms * 1e6),
@@ -690,8 +690,8 @@ TEST(BenchQuant, CliQuantizedRowReportsVsFloat) {
   EXPECT_EQ(r.output.find("end to end:"), std::string::npos) << r.output;  // bf16 activations
 }
 
-// A row whose kernel reads i8 activations also times gmmgen_quantize on f32 activations, alone and
-// followed by the kernel: a table of its own below the rows, and the JSON.
+// A row whose kernel reads i8 activations also times gmmgen_quantize on f32 activations alone, and
+// Runtime::gmm quantizing them in the call: a table of its own below the rows, and the JSON.
 TEST(BenchQuant, CliTimesQuantizedActivationsEndToEnd) {
   const Scratch dir("gmmgen_bench");
   const std::string json = (dir.path / "rows.json").string();

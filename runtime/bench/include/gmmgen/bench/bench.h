@@ -157,8 +157,9 @@ struct Row {
   double float_gflops = 0, vs_float = 0;
   // gmm rows whose lhs holds codes: other f32 activations [M, K] quantized by gmmgen::quantize
   // into the lhs's dtype and scheme, timed alone (quantize_ms; GB/s of f32 input, and that over
-  // the measured bandwidth) and followed by the kernel (end_to_end_*: GFLOP/s, the baseline's
-  // time over it, and its GFLOP/s over float_gflops). 0 elsewhere.
+  // the measured bandwidth), and given to Runtime::gmm with GmmOptions::quantize_lhs, which
+  // quantizes them and runs the row's kernel (end_to_end_*: GFLOP/s, the baseline's time over it,
+  // and its GFLOP/s over float_gflops). 0 elsewhere.
   double quantize_ms = 0, quantize_gbs = 0, quantize_bandwidth_fraction = 0;
   double end_to_end_ms = 0, end_to_end_gflops = 0, end_to_end_ratio = 0, end_to_end_vs_float = 0;
   double peak_gflops = 0, peak_fraction = 0;
@@ -194,8 +195,8 @@ void set_roofline(Row& r, double bandwidth_gbs);
 // rounded to activation_dtype and is checked against the float64 product of exactly those values.
 // float_spec (quantized rows): gmm-gen's kernel of float_counterpart(spec) (any tiling), run on
 // the baseline's operands and timed with the others, fills float_gflops and vs_float. A gmm whose
-// lhs holds codes also times the quantizer on f32 activations, alone and then the kernel
-// (quantize_ms, end_to_end_*).
+// lhs holds codes also times the quantizer on f32 activations alone, and Runtime::gmm quantizing
+// them in the call (quantize_ms, end_to_end_*).
 // The kernel, the float kernel and the baseline are timed round robin, one run of each per
 // round, so that all of them meet the same machine (docs/performance.md: side by side in one run).
 Row run(Runtime& rt, const KernelSpec& spec, const Workload& work, const Options& o,
