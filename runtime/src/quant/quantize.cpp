@@ -713,13 +713,13 @@ void check_options(const QuantizeOptions& o) {
   check_scheme(o.scheme, o.dtype, o.calibration, "scheme");
 }
 
-// When x's values are checked: already (kDone), before anything is written (kBeforeWrites: the
-// caller's outputs), or while the outputs are written (kWhileWriting: outputs of the runtime's
-// own, which an error leaves half written). Under absmax calibration every value passes through a
-// block maximum, which is not finite if one of its values is not: the check rides on it where
-// the maxima come before every write (one block of tensor scales, or any block kWhileWriting);
-// elsewhere a scan of x runs first.
-enum class Check { kDone, kBeforeWrites, kWhileWriting };
+// When x's values are checked: before anything is written (kBeforeWrites: the caller's outputs),
+// or while the outputs are written (kWhileWriting: outputs of the runtime's own, which an error
+// leaves half written). Under absmax calibration every value passes through a block maximum,
+// which is not finite if one of its values is not: the check rides on it where the maxima come
+// before every write (one block of tensor scales, or any block kWhileWriting); elsewhere a scan
+// of x runs first.
+enum class Check { kBeforeWrites, kWhileWriting };
 
 void run_quantize(ThreadPool& pool, const float* x, int64_t rows, int64_t cols, int64_t ld,
                   const QuantizeOptions& o, const Output& out, Check check) {
@@ -729,7 +729,7 @@ void run_quantize(ThreadPool& pool, const float* x, int64_t rows, int64_t cols, 
   const bool one_block = out.layout.grid_rows == 1 && out.layout.grid_cols == 1;
   const bool on_maxima =
       maxima && (check == Check::kWhileWriting || (check == Check::kBeforeWrites && one_block));
-  if (check != Check::kDone && !on_maxima) check_finite(pool, x, rows, cols, ld);
+  if (!on_maxima) check_finite(pool, x, rows, cols, ld);
   std::atomic<bool> bad{false};
   if (on_maxima) src.bad = &bad;
   with_dtype(o.dtype, [&](auto d) { quantize_panels<decltype(d)::value>(src, k, out); });
