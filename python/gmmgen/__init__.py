@@ -344,8 +344,25 @@ def _check_gmm_ranks(l, r):
                          f"transpose_rhs), got shape {tuple(r.shape)}")
 
 
+def _lhs_quantization(q, lhs):
+    """gmm's quantize_lhs as the module takes it: (dtype code, scheme, calibration), or None."""
+    if q is None:
+        return None
+    if isinstance(q, str) or not 2 <= len(q) <= 3:
+        raise ValueError(f"quantize_lhs={q!r} must be (dtype, scheme) or (dtype, scheme, "
+                         f"calibration), e.g. ('i8', 'block:32')")
+    dtype, scheme, calibration = (tuple(q) + ("absmax",))[:3]
+    if dtype not in DTYPE_CODES or dtype in ("f32", "bf16", "f16"):
+        raise ValueError(f"quantize_lhs dtype={dtype!r} must be a quantized dtype: i8, i4, nf4, "
+                         f"t2, f8e4m3 or f8e5m2")
+    if lhs.quant is not None or lhs.dtype != "f32":
+        raise ValueError("quantize_lhs: lhs must be f32 activations (the call quantizes them), "
+                         f"not {'a Quantized' if lhs.quant is not None else lhs.dtype}")
+    return (DTYPE_CODES[dtype], str(scheme), str(calibration))
+
+
 def gmm(lhs, rhs, group_sizes, preferred_element_type=None, tiling=None, group_offset=0,
-        existing_out=None, transpose_rhs=False, *, accumulate=False):
+        existing_out=None, transpose_rhs=False, *, accumulate=False, quantize_lhs=None):
     """out [M, N]: out[r] = lhs[r] @ rhs[g - group_offset] for the rows r of each active group
     g (rhs[j]^T with transpose_rhs), accumulated in f32 and rounded once to
     preferred_element_type (f32 by default; bf16, f16; numpy or torch dtypes too).
@@ -355,9 +372,14 @@ def gmm(lhs, rhs, group_sizes, preferred_element_type=None, tiling=None, group_o
     outside them are zero, or, with existing_out [M, N], keep existing_out's values: the result
     is then written into existing_out in place and returned (accumulate=True adds the product
     to existing_out's active rows). lhs or rhs may be a Quantized. tiling: (tm, tk, tn) or
-    None (the tuning tables, then the heuristic)."""
+    None (the tuning tables, then the heuristic).
+
+    quantize_lhs=(dtype, scheme[, calibration]) takes f32 activations as lhs and quantizes them
+    along K in the call (absmax by default), exactly as quantize(lhs, dtype, scheme, calibration
+    =...) would, then runs the kernel of those codes: one pass over lhs, no Quantized made."""
     l = _Arg(lhs, "lhs", _IN_TYPES)
     r = _Arg(rhs, "rhs", _IN_TYPES)
+    lq = _lhs_quantization(quantize_lhs, l)
     sizes = _arrays.group_sizes_array(group_sizes)
     tiling = _tiling(tiling, 3)
     _check_gmm_ranks(l, r)
@@ -376,7 +398,7 @@ def gmm(lhs, rhs, group_sizes, preferred_element_type=None, tiling=None, group_o
     # The runtime checks shapes, dtypes and the spec before the output exists.
     _gmmgen.gmm_spec(l.view, r.view, sizes.ctypes.data, sizes.shape[0], out_view,
                      bool(transpose_rhs), int(group_offset), tiling, e is not None,
-                     bool(accumulate), l.scales, r.scales)
+                     bool(accumulate), l.scales, r.scales, lq)
     if e is not None:
         out = e.array
     else:
@@ -385,7 +407,7 @@ def gmm(lhs, rhs, group_sizes, preferred_element_type=None, tiling=None, group_o
         out_view = (_arrays.address(out), DTYPE_CODES[out_type], [m, n], 0)
     _gmmgen.gmm(l.view, r.view, sizes.ctypes.data, sizes.shape[0], out_view,
                 bool(transpose_rhs), int(group_offset), tiling,
-                e.view if e is not None else None, bool(accumulate), l.scales, r.scales)
+                e.view if e is not None else None, bool(accumulate), l.scales, r.scales, lq)
     return out
 
 

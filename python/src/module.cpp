@@ -30,6 +30,8 @@ using View = std::tuple<uintptr_t, int, std::vector<int64_t>, int64_t>;
 // (scheme text, address of f32 scales, ld), or None.
 using ScalesArg = std::optional<std::tuple<std::string, uintptr_t, int64_t>>;
 using TilingArg = std::optional<std::vector<int64_t>>;
+// A gmm call's quantize_lhs: (dtype code, scheme text, calibration text), or None.
+using LhsQuantArg = std::optional<std::tuple<int, std::string, std::string>>;
 
 TensorView to_view(const View& v, const char* name) {
   const auto& [addr, dtype, shape, ld] = v;
@@ -49,6 +51,12 @@ Scales to_scales(const ScalesArg& s) {
   if (!s) return {};
   const auto& [scheme, addr, ld] = *s;
   return {parse_quant_scheme(scheme), reinterpret_cast<const float*>(addr), ld};
+}
+
+std::optional<LhsQuantization> to_lhs_quantization(const LhsQuantArg& q) {
+  if (!q) return std::nullopt;
+  const auto& [dtype, scheme, calibration] = *q;
+  return LhsQuantization{DType(dtype), parse_quant_scheme(scheme), parse_calibration(calibration)};
 }
 
 std::optional<Tiling> to_tiling(const std::vector<int64_t>& t, size_t at, const char* name) {
@@ -253,7 +261,8 @@ PYBIND11_MODULE(_gmmgen, m) {
       "gmm_spec",
       [](const View& lhs, const View& rhs, uintptr_t sizes, int64_t num_groups, const View& out,
          bool transpose_rhs, int32_t group_offset, const TilingArg& tiling, bool existing,
-         bool accumulate, const ScalesArg& lhs_scales, const ScalesArg& rhs_scales) {
+         bool accumulate, const ScalesArg& lhs_scales, const ScalesArg& rhs_scales,
+         const LhsQuantArg& quantize_lhs) {
         const TensorView o = to_view(out, "out");
         GmmOptions opt;
         opt.transpose_rhs = transpose_rhs, opt.group_offset = group_offset;
@@ -261,19 +270,21 @@ PYBIND11_MODULE(_gmmgen, m) {
         opt.existing_out = existing ? &o : nullptr;
         opt.accumulate = accumulate;
         opt.lhs_scales = to_scales(lhs_scales), opt.rhs_scales = to_scales(rhs_scales);
+        opt.quantize_lhs = to_lhs_quantization(quantize_lhs);
         return checked(runtime()->gmm_spec(to_view(lhs, "lhs"), to_view(rhs, "rhs"),
                                            to_sizes(sizes, num_groups), o, opt));
       },
       py::arg("lhs"), py::arg("rhs"), py::arg("sizes"), py::arg("num_groups"), py::arg("out"),
       py::arg("transpose_rhs"), py::arg("group_offset"), py::arg("tiling"), py::arg("existing"),
-      py::arg("accumulate"), py::arg("lhs_scales"), py::arg("rhs_scales"));
+      py::arg("accumulate"), py::arg("lhs_scales"), py::arg("rhs_scales"),
+      py::arg("quantize_lhs") = py::none());
 
   m.def(
       "gmm",
       [](const View& lhs, const View& rhs, uintptr_t sizes, int64_t num_groups, const View& out,
          bool transpose_rhs, int32_t group_offset, const TilingArg& tiling,
          const std::optional<View>& existing, bool accumulate, const ScalesArg& lhs_scales,
-         const ScalesArg& rhs_scales) {
+         const ScalesArg& rhs_scales, const LhsQuantArg& quantize_lhs) {
         const TensorView l = to_view(lhs, "lhs"), r = to_view(rhs, "rhs"), o = to_view(out, "out");
         std::optional<TensorView> e;
         if (existing) e = to_view(*existing, "existing_out");
@@ -283,13 +294,15 @@ PYBIND11_MODULE(_gmmgen, m) {
         opt.existing_out = e ? &*e : nullptr;
         opt.accumulate = accumulate;
         opt.lhs_scales = to_scales(lhs_scales), opt.rhs_scales = to_scales(rhs_scales);
+        opt.quantize_lhs = to_lhs_quantization(quantize_lhs);
         std::shared_ptr<Runtime> rt = runtime();
         py::gil_scoped_release release;
         rt->gmm(l, r, to_sizes(sizes, num_groups), o, opt);
       },
       py::arg("lhs"), py::arg("rhs"), py::arg("sizes"), py::arg("num_groups"), py::arg("out"),
       py::arg("transpose_rhs"), py::arg("group_offset"), py::arg("tiling"), py::arg("existing_out"),
-      py::arg("accumulate"), py::arg("lhs_scales"), py::arg("rhs_scales"));
+      py::arg("accumulate"), py::arg("lhs_scales"), py::arg("rhs_scales"),
+      py::arg("quantize_lhs") = py::none());
 
   m.def(
       "tgmm_spec",

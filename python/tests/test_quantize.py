@@ -131,6 +131,31 @@ class QuantizeTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "lhs was quantized along rows"):
             gmmgen.gmm(wrong, qw, SIZES)
 
+    def test_gmm_quantizes_f32_activations_in_the_call(self):
+        # quantize_lhs: the call quantizes f32 lhs itself, bit for bit as quantize() + gmm.
+        r = rng(38)
+        x = randn(r, M, K)
+        qw = gmmgen.quantize(randn(r, G, K, N), "i8", "channel")
+        for q in [("i8", "block:32"), ("i8", "channel", "fixed:-1.5:2"), ("i8", "tensor")]:
+            want = gmmgen.gmm(gmmgen.quantize(x, q[0], q[1], calibration=(q + ("absmax",))[2]),
+                              qw, SIZES)
+            np.testing.assert_array_equal(gmmgen.gmm(x, qw, SIZES, quantize_lhs=q), want)
+        # Refused: a value that is not finite (named; existing_out untouched), lhs that is not
+        # f32 activations, a quantize_lhs that is not (dtype, scheme[, calibration]).
+        bad = x.copy()
+        bad[3, 5] = np.inf
+        keep = np.full((M, N), -3.0, np.float32)
+        with self.assertRaisesRegex(ValueError, r"x\[3, 5\]=inf is not finite"):
+            gmmgen.gmm(bad, qw, SIZES, existing_out=keep, quantize_lhs=("i8", "block:32"))
+        np.testing.assert_array_equal(keep, np.full((M, N), -3.0, np.float32))
+        with self.assertRaisesRegex(ValueError, "lhs must be f32 activations"):
+            gmmgen.gmm(gmmgen.quantize(x, "i8", "block:32"), qw, SIZES,
+                       quantize_lhs=("i8", "block:32"))
+        with self.assertRaisesRegex(ValueError, "must be \\(dtype, scheme\\)"):
+            gmmgen.gmm(x, qw, SIZES, quantize_lhs="i8@block:32")
+        with self.assertRaisesRegex(ValueError, "must be a quantized dtype"):
+            gmmgen.gmm(x, qw, SIZES, quantize_lhs=("bf16", "block:32"))
+
 
 if __name__ == "__main__":
     unittest.main()
