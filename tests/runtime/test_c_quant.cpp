@@ -182,6 +182,81 @@ TEST_F(CQuant, GmmScalesMatchTheFloat64ReferenceOfTheDequantizedOperands) {
   }
 }
 
+// gmmgen_runtime_gmm_quantize_lhs: f32 activations quantized by the call give the bits of
+// gmmgen_quantize + gmmgen_runtime_gmm (fp8 blocks, i8 channels under fixed calibration); bad
+// quantizations and a value that is not finite are refused with out untouched.
+TEST_F(CQuant, GmmQuantizesF32ActivationsInTheCall) {
+  const int64_t M = 150, K = 256, N = 64, G = 3;
+  const std::vector<int32_t> sizes{60, 0, 80};
+  std::mt19937_64 rng(29);
+  auto x = randn(M * K, 1.0, rng);
+  const auto w = randn(G * K * N, 0.05, rng);
+  struct Case {
+    int32_t dtype;
+    const char* scheme;
+    const char* calibration;
+    int64_t scale_count;
+    int32_t rhs_dtype;
+    const char* rhs_scheme;
+    int64_t rhs_scale_count;
+  };
+  const Case cases[] = {
+      {GMMGEN_DTYPE_F8E4M3, "block:128", nullptr, M * 2, GMMGEN_DTYPE_F8E4M3, "block:128x128", 2},
+      {GMMGEN_DTYPE_I8, "channel", "fixed:-2:2", M, GMMGEN_DTYPE_I8, "channel", N}};
+  gmmgen_tensor tl{x.data(), GMMGEN_DTYPE_F32, 2, {M, K, 0}, 0};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.scheme);
+    const CQuantized rhs(w, G, K, N, c.rhs_dtype, c.rhs_scheme, GMMGEN_QUANT_AXIS_ROWS,
+                         c.rhs_scale_count);
+    std::vector<uint8_t> codes(size_t(M * K));
+    std::vector<float> scales(static_cast<size_t>(c.scale_count));
+    ASSERT_EQ(GMMGEN_OK,
+              gmmgen_quantize(x.data(), M, K, 0, c.dtype, c.scheme, GMMGEN_QUANT_AXIS_COLS,
+                              c.calibration, codes.data(), 0, scales.data(), 0, err_, sizeof err_))
+        << err_;
+    std::vector<float> want(size_t(M * N), std::nanf("")), got(want);
+    gmmgen_tensor tq{codes.data(), c.dtype, 2, {M, K, 0}, 0};
+    gmmgen_tensor tr{const_cast<uint8_t*>(rhs.codes.data()), c.rhs_dtype, 3, {G, K, N}, 0};
+    gmmgen_tensor tw{want.data(), GMMGEN_DTYPE_F32, 2, {M, N, 0}, 0};
+    gmmgen_tensor tg{got.data(), GMMGEN_DTYPE_F32, 2, {M, N, 0}, 0};
+    gmmgen_gmm_options o{};
+    o.lhs_scales = {c.scheme, scales.data(), 0};
+    o.rhs_scales = rhs.c_scales();
+    ASSERT_EQ(GMMGEN_OK, gmmgen_runtime_gmm(rt_, &tq, &tr, sizes.data(), int32_t(G), &tw, &o, err_,
+                                            sizeof err_))
+        << err_;
+    gmmgen_gmm_options f{};
+    f.rhs_scales = rhs.c_scales();
+    const gmmgen_lhs_quant q{c.dtype, c.scheme, c.calibration};
+    ASSERT_EQ(GMMGEN_OK, gmmgen_runtime_gmm_quantize_lhs(rt_, &tl, &tr, sizes.data(), int32_t(G),
+                                                         &tg, &f, &q, err_, sizeof err_))
+        << err_;
+    ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)));
+
+    // Refused, out untouched.
+    std::vector<float> keep(size_t(M * N), -3.0f);
+    gmmgen_tensor tk{keep.data(), GMMGEN_DTYPE_F32, 2, {M, N, 0}, 0};
+    const gmmgen_lhs_quant bad_dtype{GMMGEN_DTYPE_COUNT_, c.scheme, nullptr},
+        bad_block{c.dtype, "block:12", nullptr}, bad_cal{c.dtype, c.scheme, "fixed:2:1"};
+    const std::pair<const gmmgen_lhs_quant*, const char*> bad[] = {
+        {nullptr, "quant is NULL"},
+        {&bad_dtype, "quant.dtype="},
+        {&bad_block, "block:12: block size 12 must be a power of two"},
+        {&bad_cal, "lo < hi"}};
+    for (const auto& [bq, needle] : bad) {
+      EXPECT_NE(GMMGEN_OK, gmmgen_runtime_gmm_quantize_lhs(rt_, &tl, &tr, sizes.data(), int32_t(G),
+                                                           &tk, &f, bq, err_, sizeof err_));
+      EXPECT_NE(std::string(err_).find(needle), std::string::npos) << err_;
+    }
+    x[size_t(77 * K + 200)] = std::nanf("");
+    EXPECT_NE(GMMGEN_OK, gmmgen_runtime_gmm_quantize_lhs(rt_, &tl, &tr, sizes.data(), int32_t(G),
+                                                         &tk, &f, &q, err_, sizeof err_));
+    EXPECT_NE(std::string(err_).find("x[77, 200]=nan is not finite"), std::string::npos) << err_;
+    x[size_t(77 * K + 200)] = 0.25f;
+    for (float v : keep) ASSERT_EQ(-3.0f, v);
+  }
+}
+
 TEST_F(CQuant, TgmmScalesMatchTheFloat64ReferenceOfTheDequantizedOperands) {
   const int64_t M = 300, K = 48, N = 40, G = 3;
   const std::vector<int32_t> sizes{100, 0, 190};  // boundary at row 100, inside block 0 of 128

@@ -108,6 +108,23 @@ int gmmgen_runtime_gmm(gmmgen_runtime* runtime, const gmmgen_tensor* lhs, const 
                        const int32_t* group_sizes, int32_t num_groups, const gmmgen_tensor* out,
                        const gmmgen_gmm_options* options, char* err, size_t err_len);
 
+/* Activations a gmm call quantizes itself (C++: gmmgen::LhsQuantization): gmmgen_runtime_gmm_
+ * quantize_lhs's lhs is f32 [M, K], quantized along K into `dtype` codes with `scheme` scales by
+ * `calibration`, bit for bit as gmmgen_quantize would (values checked in the same pass: one read
+ * of lhs), then the kernel of those codes runs; options.lhs_scales must be empty. */
+typedef struct gmmgen_lhs_quant {
+  int32_t dtype;           /* a quantized GMMGEN_DTYPE_* code (i8, i4, f8e4m3, ...) */
+  const char* scheme;      /* "tensor", "channel" or "block:B"; NULL or "" = none (fp8 only) */
+  const char* calibration; /* NULL or "" = "absmax", or "fixed:LO:HI" */
+} gmmgen_lhs_quant;
+
+/* out [M, N] = gmm(lhs quantized by `quant`, rhs, group_sizes): as gmmgen_runtime_gmm. */
+int gmmgen_runtime_gmm_quantize_lhs(gmmgen_runtime* runtime, const gmmgen_tensor* lhs,
+                                    const gmmgen_tensor* rhs, const int32_t* group_sizes,
+                                    int32_t num_groups, const gmmgen_tensor* out,
+                                    const gmmgen_gmm_options* options,
+                                    const gmmgen_lhs_quant* quant, char* err, size_t err_len);
+
 /* out [G_local, K, N] = tgmm(lhs [M, K] (or [K, M]), rhs [M, N], group_sizes). */
 int gmmgen_runtime_tgmm(gmmgen_runtime* runtime, const gmmgen_tensor* lhs, const gmmgen_tensor* rhs,
                         const int32_t* group_sizes, int32_t num_groups, const gmmgen_tensor* out,

@@ -88,6 +88,52 @@ std::optional<gmmgen::Tiling> tiling(int32_t tm, int32_t tk, int32_t tn) {
   return gmmgen::Tiling{tm, tk, tn};
 }
 
+gmmgen::LhsQuantization lhs_quantization(const gmmgen_lhs_quant* q) {
+  if (!q) throw gmmgen::InvalidArgument("quant is NULL");
+  if (q->dtype < 0 || q->dtype >= gmmgen::kNumDTypes)
+    throw gmmgen::InvalidArgument("quant.dtype=" + std::to_string(q->dtype) +
+                                  " is not a GMMGEN_DTYPE_* code");
+  gmmgen::LhsQuantization l;
+  l.dtype = gmmgen::DType(q->dtype);
+  try {
+    l.scheme = q->scheme && *q->scheme ? gmmgen::parse_quant_scheme(q->scheme) : gmmgen::Quant{};
+  } catch (const std::invalid_argument& e) {  // "scheme=... <rule>"
+    throw gmmgen::InvalidArgument(std::string("quant.") + e.what());
+  }
+  try {
+    l.calibration = q->calibration && *q->calibration ? gmmgen::parse_calibration(q->calibration)
+                                                      : gmmgen::Calibration{};
+  } catch (const std::invalid_argument& e) {
+    throw gmmgen::InvalidArgument(std::string("quant.calibration: ") + e.what());
+  }
+  return l;
+}
+
+// gmmgen_runtime_gmm, with lhs quantized by the call when `quant` is given.
+void run_gmm(gmmgen_runtime* runtime, const gmmgen_tensor* lhs, const gmmgen_tensor* rhs,
+             const int32_t* group_sizes, int32_t num_groups, const gmmgen_tensor* out,
+             const gmmgen_gmm_options* options, std::optional<gmmgen::LhsQuantization> quant) {
+  if (!runtime) throw gmmgen::InvalidArgument("runtime is NULL");
+  const auto sizes = groups(group_sizes, num_groups);
+  const gmmgen::TensorView l = view(lhs, "lhs"), r = view(rhs, "rhs"), y = view(out, "out");
+  gmmgen::GmmOptions o;
+  gmmgen::TensorView existing;
+  const gmmgen_gmm_options none{};
+  if (!options) options = &none;
+  o.transpose_rhs = options->transpose_rhs != 0;
+  o.group_offset = options->group_offset;
+  o.accumulate = options->accumulate != 0;
+  o.tiling = tiling(options->tm, options->tk, options->tn);
+  if (options->existing_out) {
+    existing = view(options->existing_out, "existing_out");
+    o.existing_out = &existing;
+  }
+  o.lhs_scales = scales(options->lhs_scales, "options.lhs_scales", quant ? nullptr : &l);
+  o.rhs_scales = scales(options->rhs_scales, "options.rhs_scales", &r);
+  o.quantize_lhs = quant;
+  runtime->rt.gmm(l, r, sizes, y, o);
+}
+
 }  // namespace
 
 extern "C" {
@@ -107,24 +153,17 @@ int gmmgen_runtime_gmm(gmmgen_runtime* runtime, const gmmgen_tensor* lhs, const 
                        const int32_t* group_sizes, int32_t num_groups, const gmmgen_tensor* out,
                        const gmmgen_gmm_options* options, char* err, size_t err_len) {
   return guarded(err, err_len, [&] {
-    if (!runtime) throw gmmgen::InvalidArgument("runtime is NULL");
-    const auto sizes = groups(group_sizes, num_groups);
-    const gmmgen::TensorView l = view(lhs, "lhs"), r = view(rhs, "rhs"), y = view(out, "out");
-    gmmgen::GmmOptions o;
-    gmmgen::TensorView existing;
-    const gmmgen_gmm_options none{};
-    if (!options) options = &none;
-    o.transpose_rhs = options->transpose_rhs != 0;
-    o.group_offset = options->group_offset;
-    o.accumulate = options->accumulate != 0;
-    o.tiling = tiling(options->tm, options->tk, options->tn);
-    if (options->existing_out) {
-      existing = view(options->existing_out, "existing_out");
-      o.existing_out = &existing;
-    }
-    o.lhs_scales = scales(options->lhs_scales, "options.lhs_scales", &l);
-    o.rhs_scales = scales(options->rhs_scales, "options.rhs_scales", &r);
-    runtime->rt.gmm(l, r, sizes, y, o);
+    run_gmm(runtime, lhs, rhs, group_sizes, num_groups, out, options, std::nullopt);
+  });
+}
+
+int gmmgen_runtime_gmm_quantize_lhs(gmmgen_runtime* runtime, const gmmgen_tensor* lhs,
+                                    const gmmgen_tensor* rhs, const int32_t* group_sizes,
+                                    int32_t num_groups, const gmmgen_tensor* out,
+                                    const gmmgen_gmm_options* options,
+                                    const gmmgen_lhs_quant* quant, char* err, size_t err_len) {
+  return guarded(err, err_len, [&] {
+    run_gmm(runtime, lhs, rhs, group_sizes, num_groups, out, options, lhs_quantization(quant));
   });
 }
 
