@@ -348,7 +348,7 @@ def _lhs_quantization(q, lhs):
     """gmm's quantize_lhs as the module takes it: (dtype code, scheme, calibration), or None."""
     if q is None:
         return None
-    if isinstance(q, str) or not 2 <= len(q) <= 3:
+    if isinstance(q, str) or not isinstance(q, (tuple, list)) or not 2 <= len(q) <= 3:
         raise ValueError(f"quantize_lhs={q!r} must be (dtype, scheme) or (dtype, scheme, "
                          f"calibration), e.g. ('i8', 'block:32')")
     dtype, scheme, calibration = (tuple(q) + ("absmax",))[:3]

@@ -153,6 +153,8 @@ class QuantizeTest(unittest.TestCase):
                        quantize_lhs=("i8", "block:32"))
         with self.assertRaisesRegex(ValueError, "must be \\(dtype, scheme\\)"):
             gmmgen.gmm(x, qw, SIZES, quantize_lhs="i8@block:32")
+        with self.assertRaisesRegex(ValueError, "must be \\(dtype, scheme\\)"):
+            gmmgen.gmm(x, qw, SIZES, quantize_lhs=8)
         with self.assertRaisesRegex(ValueError, "must be a quantized dtype"):
             gmmgen.gmm(x, qw, SIZES, quantize_lhs=("bf16", "block:32"))
 
