@@ -381,7 +381,8 @@ GMMGEN_RUNS_AVX512 inline __m128i encode_fp8_x8(const Fp8Format& f, __m512d v) {
 }
 
 // encode_fp8_avx2 sixteen at a time: the same integer steps on the bits of the f32 quotients,
-// stopping at a group of sixteen that holds a tie.
+// stopping at a group of sixteen that holds a tie. Each half takes its own scale block (blocks
+// are powers of two >= 16, so an eight never straddles two), so i may be any multiple of 8.
 GMMGEN_RUNS_AVX512 int64_t encode_fp8_avx512(const Fp8Format& f, const float* x,
                                              const float* scales, int64_t every, int64_t i,
                                              int64_t n, uint8_t* codes) {
@@ -391,7 +392,9 @@ GMMGEN_RUNS_AVX512 int64_t encode_fp8_avx512(const Fp8Format& f, const float* x,
   const __m512i implicit = _mm512_set1_epi32(1 << frac), full = _mm512_set1_epi32(1 << f.precision);
   const __m512 max = _mm512_set1_ps(f.max), half_min = _mm512_set1_ps(f.half_min_subnormal);
   for (; i + 16 <= n; i += 16) {
-    const __m512 s = every == 1 ? _mm512_loadu_ps(scales + i) : _mm512_set1_ps(scales[i >> shift]);
+    const __m512 s = every == 1 ? _mm512_loadu_ps(scales + i)
+                                : _mm512_insertf32x8(_mm512_set1_ps(scales[i >> shift]),
+                                                     _mm256_set1_ps(scales[(i + 8) >> shift]), 1);
     const __m512 q = _mm512_div_ps(_mm512_loadu_ps(x + i), s);
     const __m512i sign =
         _mm512_and_si512(_mm512_srli_epi32(_mm512_castps_si512(q), 24), _mm512_set1_epi32(0x80));
@@ -523,13 +526,6 @@ int64_t encode_fp8(const Fp8Format& f, const float* x, const float* scales, int6
                    int64_t begin, int64_t n, uint8_t* codes) {
 #ifdef GMMGEN_QUANT_RUNS_X86
   if (level() == Level::kAvx512) {
-    // Sixteen share a scale when they start at a multiple of 16 (blocks are powers of two >= 16):
-    // after a tie the caller resumes at an odd multiple of 8, so eight go first.
-    if (begin % 16 != 0) {
-      const int64_t at = encode_fp8_avx2(f, x, scales, every, begin, std::min(n, begin + 8), codes);
-      if (at != begin + 8) return at;  // a tie, or fewer than eight left
-      begin = at;
-    }
     begin = encode_fp8_avx512(f, x, scales, every, begin, n, codes);
     if (n - begin >= 16) return begin;  // stopped at a tie
   }
