@@ -4,6 +4,7 @@
 #include <optional>
 #include <span>
 
+#include "api/c_args.h"
 #include "api/c_errors.h"
 #include "gmmgen/codes.h"
 #include "gmmgen/heuristics.h"
@@ -48,13 +49,7 @@ std::span<const int32_t> groups(const int32_t* group_sizes, int32_t num_groups) 
 gmmgen::Scales scales(const gmmgen_scales& s, const std::string& field,
                       const gmmgen::TensorView* operand) {
   gmmgen::Scales out;
-  if (s.scheme && *s.scheme) {
-    try {
-      out.scheme = gmmgen::parse_quant_scheme(s.scheme);
-    } catch (const std::invalid_argument& e) {  // "scheme=... <rule>"
-      throw gmmgen::InvalidArgument(field + "." + e.what());
-    }
-  }
+  if (s.scheme && *s.scheme) out.scheme = gmmgen::c_api::scheme_arg(s.scheme, field + ".");
   // The spec's block rule, checked here so that the message names the field (block_n is 0 for
   // 1-D blocks).
   const gmmgen::Quant& q = out.scheme;
@@ -90,22 +85,12 @@ std::optional<gmmgen::Tiling> tiling(int32_t tm, int32_t tk, int32_t tn) {
 
 gmmgen::LhsQuantization lhs_quantization(const gmmgen_lhs_quant* q) {
   if (!q) throw gmmgen::InvalidArgument("quant is NULL");
-  if (q->dtype < 0 || q->dtype >= gmmgen::kNumDTypes)
-    throw gmmgen::InvalidArgument("quant.dtype=" + std::to_string(q->dtype) +
-                                  " is not a GMMGEN_DTYPE_* code");
   gmmgen::LhsQuantization l;
-  l.dtype = gmmgen::DType(q->dtype);
-  try {
-    l.scheme = q->scheme && *q->scheme ? gmmgen::parse_quant_scheme(q->scheme) : gmmgen::Quant{};
-  } catch (const std::invalid_argument& e) {  // "scheme=... <rule>"
-    throw gmmgen::InvalidArgument(std::string("quant.") + e.what());
-  }
-  try {
-    l.calibration = q->calibration && *q->calibration ? gmmgen::parse_calibration(q->calibration)
-                                                      : gmmgen::Calibration{};
-  } catch (const std::invalid_argument& e) {
-    throw gmmgen::InvalidArgument(std::string("quant.calibration: ") + e.what());
-  }
+  l.dtype = gmmgen::c_api::dtype_arg(q->dtype, "quant.");
+  l.scheme =
+      q->scheme && *q->scheme ? gmmgen::c_api::scheme_arg(q->scheme, "quant.") : gmmgen::Quant{};
+  l.calibration = gmmgen::c_api::calibration_arg(
+      q->calibration && *q->calibration ? q->calibration : nullptr, "quant.");
   return l;
 }
 

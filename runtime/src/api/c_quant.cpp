@@ -4,6 +4,7 @@
 #include <new>
 #include <string>
 
+#include "api/c_args.h"
 #include "api/c_errors.h"
 #include "gmmgen/quantize.hpp"
 #include "gmmgen/runtime_c.h"
@@ -13,19 +14,16 @@ namespace {
 using gmmgen::c_api::guarded;
 
 gmmgen::DType dtype_of(int32_t code) {
-  if (code < 0 || code >= GMMGEN_DTYPE_COUNT_)
-    throw gmmgen::InvalidArgument("dtype=" + std::to_string(code) +
-                                  " is not a GMMGEN_DTYPE_* code");
-  return gmmgen::DType(code);
+  return gmmgen::c_api::dtype_arg(code, "");
 }
 
 gmmgen::Quant scheme_of(const char* scheme) {
   if (!scheme) throw gmmgen::InvalidArgument("scheme is NULL");
-  return gmmgen::parse_quant_scheme(scheme);
+  return gmmgen::c_api::scheme_arg(scheme, "");
 }
 
 gmmgen::Calibration calibration_of(const char* calibration) {
-  return calibration ? gmmgen::parse_calibration(calibration) : gmmgen::Calibration{};
+  return gmmgen::c_api::calibration_arg(calibration, "");
 }
 
 gmmgen::QuantAxis axis_of(int32_t axis) {
