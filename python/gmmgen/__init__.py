@@ -355,9 +355,9 @@ def _lhs_quantization(q, lhs):
     if dtype not in DTYPE_CODES or dtype in ("f32", "bf16", "f16"):
         raise ValueError(f"quantize_lhs dtype={dtype!r} must be a quantized dtype: i8, i4, nf4, "
                          f"t2, f8e4m3 or f8e5m2")
-    if lhs.quant is not None or lhs.dtype != "f32":
-        raise ValueError("quantize_lhs: lhs must be f32 activations (the call quantizes them), "
-                         f"not {'a Quantized' if lhs.quant is not None else lhs.dtype}")
+    if lhs.quant is not None or lhs.dtype not in ("f32", "bf16"):
+        raise ValueError("quantize_lhs: lhs must be f32 or bf16 activations (the call quantizes "
+                         f"them), not {'a Quantized' if lhs.quant is not None else lhs.dtype}")
     return (DTYPE_CODES[dtype], str(scheme), str(calibration))
 
 
@@ -374,9 +374,10 @@ def gmm(lhs, rhs, group_sizes, preferred_element_type=None, tiling=None, group_o
     to existing_out's active rows). lhs or rhs may be a Quantized. tiling: (tm, tk, tn) or
     None (the tuning tables, then the heuristic).
 
-    quantize_lhs=(dtype, scheme[, calibration]) takes f32 activations as lhs and quantizes them
-    along K in the call (absmax by default), exactly as quantize(lhs, dtype, scheme, calibration
-    =...) would, then runs the kernel of those codes: one pass over lhs, no Quantized made."""
+    quantize_lhs=(dtype, scheme[, calibration]) takes f32 or bf16 activations as lhs and
+    quantizes them along K in the call (absmax by default), exactly as quantize(lhs, dtype,
+    scheme, calibration=...) would (of from_bf16(lhs) for bf16), then runs the kernel of those
+    codes: one pass over lhs, no Quantized made."""
     l = _Arg(lhs, "lhs", _IN_TYPES)
     r = _Arg(rhs, "rhs", _IN_TYPES)
     lq = _lhs_quantization(quantize_lhs, l)

@@ -131,15 +131,18 @@ class QuantizeTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, "lhs was quantized along rows"):
             gmmgen.gmm(wrong, qw, SIZES)
 
-    def test_gmm_quantizes_f32_activations_in_the_call(self):
-        # quantize_lhs: the call quantizes f32 lhs itself, bit for bit as quantize() + gmm.
+    def test_gmm_quantizes_f32_and_bf16_activations_in_the_call(self):
+        # quantize_lhs: the call quantizes f32 or bf16 lhs itself, bit for bit as quantize() (of
+        # the f32 values) + gmm.
         r = rng(38)
         x = randn(r, M, K)
+        xb = gmmgen.to_bf16(x)
         qw = gmmgen.quantize(randn(r, G, K, N), "i8", "channel")
         for q in [("i8", "block:32"), ("i8", "channel", "fixed:-1.5:2"), ("i8", "tensor")]:
-            want = gmmgen.gmm(gmmgen.quantize(x, q[0], q[1], calibration=(q + ("absmax",))[2]),
-                              qw, SIZES)
-            np.testing.assert_array_equal(gmmgen.gmm(x, qw, SIZES, quantize_lhs=q), want)
+            for lhs, values in [(x, x), (xb, gmmgen.from_bf16(xb))]:
+                want = gmmgen.gmm(gmmgen.quantize(values, q[0], q[1],
+                                                  calibration=(q + ("absmax",))[2]), qw, SIZES)
+                np.testing.assert_array_equal(gmmgen.gmm(lhs, qw, SIZES, quantize_lhs=q), want)
         # Refused: a value that is not finite (named; existing_out untouched), lhs that is not
         # f32 activations, a quantize_lhs that is not (dtype, scheme[, calibration]).
         bad = x.copy()
@@ -148,7 +151,12 @@ class QuantizeTest(unittest.TestCase):
         with self.assertRaisesRegex(ValueError, r"x\[3, 5\]=inf is not finite"):
             gmmgen.gmm(bad, qw, SIZES, existing_out=keep, quantize_lhs=("i8", "block:32"))
         np.testing.assert_array_equal(keep, np.full((M, N), -3.0, np.float32))
-        with self.assertRaisesRegex(ValueError, "lhs must be f32 activations"):
+        bad_b = xb.copy()
+        bad_b[7, 1] = 0x7fc0  # NaN
+        with self.assertRaisesRegex(ValueError, r"x\[7, 1\]=nan is not finite"):
+            gmmgen.gmm(bad_b, qw, SIZES, existing_out=keep, quantize_lhs=("i8", "channel"))
+        np.testing.assert_array_equal(keep, np.full((M, N), -3.0, np.float32))
+        with self.assertRaisesRegex(ValueError, "lhs must be f32 or bf16 activations"):
             gmmgen.gmm(gmmgen.quantize(x, "i8", "block:32"), qw, SIZES,
                        quantize_lhs=("i8", "block:32"))
         with self.assertRaisesRegex(ValueError, "must be \\(dtype, scheme\\)"):

@@ -6,11 +6,13 @@
 #include <gtest/gtest.h>
 #include <stdlib.h>
 
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gmmgen/runtime.hpp"
@@ -182,10 +184,11 @@ TEST_F(CQuant, GmmScalesMatchTheFloat64ReferenceOfTheDequantizedOperands) {
   }
 }
 
-// gmmgen_runtime_gmm_quantize_lhs: f32 activations quantized by the call give the bits of
-// gmmgen_quantize + gmmgen_runtime_gmm (fp8 blocks, i8 channels under fixed calibration); bad
-// quantizations and a value that is not finite are refused with out untouched.
-TEST_F(CQuant, GmmQuantizesF32ActivationsInTheCall) {
+// gmmgen_runtime_gmm_quantize_lhs: f32 and bf16 activations quantized by the call give the bits
+// of gmmgen_quantize (of the f32 values) + gmmgen_runtime_gmm (fp8 blocks, i8 channels under
+// fixed calibration); bad quantizations and a value that is not finite are refused with out
+// untouched.
+TEST_F(CQuant, GmmQuantizesF32AndBf16ActivationsInTheCall) {
   const int64_t M = 150, K = 256, N = 64, G = 3;
   const std::vector<int32_t> sizes{60, 0, 80};
   std::mt19937_64 rng(29);
@@ -204,6 +207,15 @@ TEST_F(CQuant, GmmQuantizesF32ActivationsInTheCall) {
       {GMMGEN_DTYPE_F8E4M3, "block:128", nullptr, M * 2, GMMGEN_DTYPE_F8E4M3, "block:128x128", 2},
       {GMMGEN_DTYPE_I8, "channel", "fixed:-2:2", M, GMMGEN_DTYPE_I8, "channel", N}};
   gmmgen_tensor tl{x.data(), GMMGEN_DTYPE_F32, 2, {M, K, 0}, 0};
+  // x rounded to bf16 (to nearest, ties to even: x is finite), and those values in f32.
+  std::vector<uint16_t> xb(x.size());
+  std::vector<float> xw(x.size());
+  for (size_t i = 0; i < x.size(); ++i) {
+    const uint32_t u = std::bit_cast<uint32_t>(x[i]);
+    xb[i] = uint16_t((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+    xw[i] = std::bit_cast<float>(uint32_t(xb[i]) << 16);
+  }
+  gmmgen_tensor tb{xb.data(), GMMGEN_DTYPE_BF16, 2, {M, K, 0}, 0};
   for (const Case& c : cases) {
     SCOPED_TRACE(c.scheme);
     const CQuantized rhs(w, G, K, N, c.rhs_dtype, c.rhs_scheme, GMMGEN_QUANT_AXIS_ROWS,
@@ -233,6 +245,19 @@ TEST_F(CQuant, GmmQuantizesF32ActivationsInTheCall) {
         << err_;
     ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float)));
 
+    ASSERT_EQ(GMMGEN_OK,
+              gmmgen_quantize(xw.data(), M, K, 0, c.dtype, c.scheme, GMMGEN_QUANT_AXIS_COLS,
+                              c.calibration, codes.data(), 0, scales.data(), 0, err_, sizeof err_))
+        << err_;
+    ASSERT_EQ(GMMGEN_OK, gmmgen_runtime_gmm(rt_, &tq, &tr, sizes.data(), int32_t(G), &tw, &o, err_,
+                                            sizeof err_))
+        << err_;
+    std::fill(got.begin(), got.end(), std::nanf(""));
+    ASSERT_EQ(GMMGEN_OK, gmmgen_runtime_gmm_quantize_lhs(rt_, &tb, &tr, sizes.data(), int32_t(G),
+                                                         &tg, &f, &q, err_, sizeof err_))
+        << err_;
+    ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * sizeof(float))) << "bf16";
+
     // Refused, out untouched.
     std::vector<float> keep(size_t(M * N), -3.0f);
     gmmgen_tensor tk{keep.data(), GMMGEN_DTYPE_F32, 2, {M, N, 0}, 0};
@@ -253,6 +278,11 @@ TEST_F(CQuant, GmmQuantizesF32ActivationsInTheCall) {
                                                          &tk, &f, &q, err_, sizeof err_));
     EXPECT_NE(std::string(err_).find("x[77, 200]=nan is not finite"), std::string::npos) << err_;
     x[size_t(77 * K + 200)] = 0.25f;
+    const uint16_t kept = std::exchange(xb[size_t(90 * K + 3)], uint16_t(0xff80));  // -inf
+    EXPECT_NE(GMMGEN_OK, gmmgen_runtime_gmm_quantize_lhs(rt_, &tb, &tr, sizes.data(), int32_t(G),
+                                                         &tk, &f, &q, err_, sizeof err_));
+    EXPECT_NE(std::string(err_).find("x[90, 3]=-inf is not finite"), std::string::npos) << err_;
+    xb[size_t(90 * K + 3)] = kept;
     for (float v : keep) ASSERT_EQ(-3.0f, v);
   }
 }

@@ -171,56 +171,82 @@ TEST_F(QuantRuntime, PeerShapesInt8AndInt4WithBlocksOf16And128AndChannels) {
   }
 }
 
-// GmmOptions::quantize_lhs: f32 activations quantized by the call (on the runtime's threads)
-// give the bits of quantize() followed by gmm on those codes (the kernels of the test above), so
-// the float64 reference of the decoded codes too; bad input is refused before out is written.
-TEST_F(QuantRuntime, GmmQuantizesF32ActivationsInTheCall) {
+// x [rows, cols] as `act` elements (f32, or bf16 bit patterns of values x already holds exactly),
+// rows ld apart (0: packed), the padding NaN.
+std::vector<unsigned char> activations(const std::vector<float>& x, DType act, int64_t rows,
+                                       int64_t cols, int64_t ld) {
+  const int64_t row = ld ? ld : cols, size = act == DType::kBF16 ? 2 : 4;
+  std::vector<unsigned char> a(size_t(rows * row * size));
+  for (int64_t i = 0; i < rows * row; ++i) store_element(act, a.data(), i, NAN);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) store_element(act, a.data(), r * row + c, x[r * cols + c]);
+  return a;
+}
+
+// GmmOptions::quantize_lhs: f32 and bf16 activations quantized by the call (on the runtime's
+// threads) give the bits of quantize() (of the f32 values) followed by gmm on those codes (the
+// kernels of the test above), so the float64 reference of the decoded codes too; bad input is
+// refused before out is written.
+TEST_F(QuantRuntime, GmmQuantizesF32AndBf16ActivationsInTheCall) {
   const int32_t G = 8;
   const int64_t M = 512, K = 256, N = 512;
   std::mt19937_64 rng(7);
   const auto sizes = ragged_sizes(G, M, rng);
   const auto x = randn(M * K, 1.0, rng);
   const auto w = randn(G * K * N, 0.05, rng);
+  std::vector<float> x_bf16(x.size());  // x's values rounded to bf16
+  for (size_t i = 0; i < x.size(); ++i) x_bf16[i] = float(round_to(DType::kBF16, x[i]));
   struct Case {
-    DType rhs;
+    DType act, lhs, rhs;
     Quant lq, rq;
     int64_t ld;  // lhs's leading dimension (0: packed)
+    Calibration cal{};
   };
-  const Case cases[] = {{DType::kI8, {QuantKind::kChannel, 0, 0}, {QuantKind::kChannel, 0, 0}, 0},
-                        {DType::kI8, {QuantKind::kBlock, 16, 0}, {QuantKind::kBlock, 16, 0}, K + 5},
-                        {DType::kI4, {QuantKind::kBlock, 128, 0}, {QuantKind::kBlock, 128, 0}, 0}};
+  const Quant channel{QuantKind::kChannel, 0, 0}, block16{QuantKind::kBlock, 16, 0},
+      block128{QuantKind::kBlock, 128, 0}, tensor{QuantKind::kTensor, 0, 0};
+  const Calibration fixed{Calibration::Kind::kFixed, -2.0, 2.5};
+  const Case cases[] = {
+      {DType::kF32, DType::kI8, DType::kI8, channel, channel, 0},
+      {DType::kF32, DType::kI8, DType::kI8, block16, block16, K + 5},
+      {DType::kF32, DType::kI8, DType::kI4, block128, block128, 0},
+      {DType::kBF16, DType::kI8, DType::kI8, channel, channel, K + 3},
+      {DType::kBF16, DType::kI8, DType::kI8, block16, block16, 0},
+      {DType::kBF16, DType::kI8, DType::kI8, tensor, channel, 0},
+      {DType::kBF16, DType::kI8, DType::kI8, channel, channel, 0, fixed},
+      {DType::kBF16, DType::kI8, DType::kI4, block128, block128, K + 1},
+      {DType::kBF16, DType::kF8E4M3, DType::kF8E4M3, block128, {QuantKind::kBlock, 128, 128}, 0}};
   for (const Case& c : cases) {
-    SCOPED_TRACE(to_string(c.lq) + " ld=" + std::to_string(c.ld));
-    const QMatrix lhs(x, 1, M, K, DType::kI8, c.lq, QuantAxis::kCols);
+    SCOPED_TRACE(std::string(to_string(c.act)) + " -> " + std::string(to_string(c.lhs)) + " " +
+                 to_string(c.lq) + " " + to_string(c.cal) + " ld=" + std::to_string(c.ld));
+    const std::vector<float>& xv = c.act == DType::kBF16 ? x_bf16 : x;
+    const QMatrix lhs(xv, 1, M, K, c.lhs, c.lq, QuantAxis::kCols, c.cal);
     const QMatrix rhs(w, G, K, N, c.rhs, c.rq, QuantAxis::kRows);
     const TensorView weights = TensorView::batch(rhs.codes.data(), c.rhs, G, K, N);
     std::vector<float> want(size_t(M * N), std::nanf("")), got(want);
     GmmOptions o;
     o.lhs_scales = {c.lq, lhs.scales.data(), 0};
     o.rhs_scales = {c.rq, rhs.scales.data(), 0};
-    rt_->gmm(TensorView::matrix(lhs.codes.data(), DType::kI8, M, K), weights, sizes,
+    rt_->gmm(TensorView::matrix(lhs.codes.data(), c.lhs, M, K), weights, sizes,
              TensorView::matrix(want.data(), DType::kF32, M, N), o);
-    std::vector<float> xs(size_t(M * (c.ld ? c.ld : K)), std::nanf(""));  // padding: NaN
-    for (int64_t r = 0; r < M; ++r)
-      std::copy_n(x.begin() + r * K, K, xs.begin() + r * (c.ld ? c.ld : K));
+    const std::vector<unsigned char> xs = activations(xv, c.act, M, K, c.ld);
     GmmOptions fused;
     fused.rhs_scales = o.rhs_scales;
-    fused.quantize_lhs = LhsQuantization{DType::kI8, c.lq, {}};
-    EXPECT_EQ(rt_->gmm_spec(TensorView::matrix(xs.data(), DType::kF32, M, K, c.ld), weights, sizes,
+    fused.quantize_lhs = LhsQuantization{c.lhs, c.lq, c.cal};
+    EXPECT_EQ(rt_->gmm_spec(TensorView::matrix(xs.data(), c.act, M, K, c.ld), weights, sizes,
                             TensorView::matrix(got.data(), DType::kF32, M, N), fused),
-              rt_->gmm_spec(TensorView::matrix(lhs.codes.data(), DType::kI8, M, K), weights, sizes,
+              rt_->gmm_spec(TensorView::matrix(lhs.codes.data(), c.lhs, M, K), weights, sizes,
                             TensorView::matrix(want.data(), DType::kF32, M, N), o));
-    rt_->gmm(TensorView::matrix(xs.data(), DType::kF32, M, K, c.ld), weights, sizes,
+    rt_->gmm(TensorView::matrix(xs.data(), c.act, M, K, c.ld), weights, sizes,
              TensorView::matrix(got.data(), DType::kF32, M, N), fused);
     ASSERT_EQ(0, std::memcmp(want.data(), got.data(), want.size() * 4));
     const int64_t sb = std::min(c.lq.block_k ? c.lq.block_k : K, c.rq.block_k ? c.rq.block_k : K);
     expect_gmm_matches(got, lhs, rhs, sizes, (K + sb - 1) / sb, "fused " + to_string(c.lq));
   }
 
-  // Refused, out untouched: a float lhs that is not f32, scales given for it, a value that is not
-  // finite in it (found in the pass that quantizes it: channel and block scales, tensor scales'
-  // maximum; with fixed calibration by a scan first), a scheme the
-  // kernels do not take for lhs.
+  // Refused, out untouched: a float lhs that is not f32 or bf16, scales given for it, a value
+  // that is not finite in it (found in the pass that quantizes it: channel and block scales,
+  // tensor scales' maximum; with fixed calibration by a scan first), a scheme the kernels do not
+  // take for lhs.
   const QMatrix rhs(w, G, K, N, DType::kI8, {QuantKind::kChannel, 0, 0}, QuantAxis::kRows);
   const TensorView weights = TensorView::batch(rhs.codes.data(), DType::kI8, G, K, N);
   std::vector<float> bad_x = x;
@@ -229,7 +255,13 @@ TEST_F(QuantRuntime, GmmQuantizesF32ActivationsInTheCall) {
   inf_x[size_t(511 * K + 255)] = std::nanf("");
   inf_x[size_t(100 * K + 255)] = INFINITY;
   inf_x[size_t(400 * K)] = -INFINITY;
-  const std::vector<uint16_t> x16(size_t(M * K), 0x3f80);
+  const std::vector<uint16_t> x16(size_t(M * K), 0x3c00);  // f16 ones
+  // The same in bf16: NaN and inf bit patterns, the first in row order named.
+  std::vector<unsigned char> bad_b = activations(x_bf16, DType::kBF16, M, K, 0), inf_b = bad_b;
+  store_element(DType::kBF16, bad_b.data(), 300 * K + 7, NAN);
+  store_element(DType::kBF16, inf_b.data(), 511 * K + 255, NAN);
+  store_element(DType::kBF16, inf_b.data(), 100 * K + 255, INFINITY);
+  store_element(DType::kBF16, inf_b.data(), 400 * K, -INFINITY);
   std::vector<float> out(size_t(M * N), -3.0f);
   const float one = 1.0f;
   struct Bad {
@@ -239,11 +271,8 @@ TEST_F(QuantRuntime, GmmQuantizesF32ActivationsInTheCall) {
     const char* message;
     Calibration calibration{};
   };
-  const Quant channel{QuantKind::kChannel, 0, 0}, block16{QuantKind::kBlock, 16, 0},
-      tensor{QuantKind::kTensor, 0, 0};
-  const Calibration fixed{Calibration::Kind::kFixed, -2.0, 2.0};
   const Bad bad[] = {
-      {TensorView::matrix(x16.data(), DType::kBF16, M, K), {}, channel, "lhs must hold f32"},
+      {TensorView::matrix(x16.data(), DType::kF16, M, K), {}, channel, "lhs must hold f32 or bf16"},
       {TensorView::matrix(x.data(), DType::kF32, M, K),
        {channel, &one, 0},
        channel,
@@ -254,6 +283,10 @@ TEST_F(QuantRuntime, GmmQuantizesF32ActivationsInTheCall) {
       {TensorView::matrix(bad_x.data(), DType::kF32, M, K), {}, channel, "x[300, 7]=nan", fixed},
       {TensorView::matrix(inf_x.data(), DType::kF32, M, K), {}, block16, "x[100, 255]=inf"},
       {TensorView::matrix(inf_x.data(), DType::kF32, M, K), {}, tensor, "x[100, 255]=inf"},
+      {TensorView::matrix(bad_b.data(), DType::kBF16, M, K), {}, block16, "x[300, 7]=nan"},
+      {TensorView::matrix(bad_b.data(), DType::kBF16, M, K), {}, channel, "x[300, 7]=nan", fixed},
+      {TensorView::matrix(inf_b.data(), DType::kBF16, M, K), {}, channel, "x[100, 255]=inf"},
+      {TensorView::matrix(inf_b.data(), DType::kBF16, M, K), {}, tensor, "x[100, 255]=inf"},
 
       {TensorView::matrix(x.data(), DType::kF32, M, K), {}, Quant{}, "lhs_quant"}};
   for (const Bad& b : bad) {
@@ -281,7 +314,9 @@ TEST_F(QuantRuntime, GmmQuantizesF32ActivationsInTheCall) {
 
 // A contraction longer than one i32 chunk of the integer dot product (2^16 products of codes):
 // per-channel scales, so the whole of K is one scale block summed as two chunks, and codes near
-// their extremes (most at +-127) so that each chunk's sums are as large as they get.
+// their extremes (most at +-127) so that each chunk's sums are as large as they get. The
+// activations are bf16 values: quantized by the call from bf16 (rows of an odd length, past every
+// whole vector), they give the bits of the codes made here.
 TEST_F(QuantRuntime, IntegerProductsLongerThanOneI32Chunk) {
   const int32_t G = 2;
   const int64_t M = 6, K = 70001, N = 40;
@@ -290,6 +325,8 @@ TEST_F(QuantRuntime, IntegerProductsLongerThanOneI32Chunk) {
   std::vector<float> x = randn(M * K, 1.0, rng), w = randn(G * K * N, 1.0, rng);
   for (auto* v : {&x, &w})
     for (float& f : *v) f = f < -0.2f ? -1.0f : f > 0.2f ? 1.0f : f;  // mostly +-absmax
+  for (float& f : x) f = float(round_to(DType::kBF16, f));
+  const std::vector<unsigned char> x_bf16 = activations(x, DType::kBF16, M, K, 0);
   const Quant channel{QuantKind::kChannel, 0, 0};
   for (DType rhs_dtype : {DType::kI8, DType::kI4}) {
     const QMatrix lhs(x, 1, M, K, DType::kI8, channel, QuantAxis::kCols);
@@ -302,6 +339,14 @@ TEST_F(QuantRuntime, IntegerProductsLongerThanOneI32Chunk) {
              TensorView::batch(rhs.codes.data(), rhs_dtype, G, K, N), sizes,
              TensorView::matrix(out.data(), DType::kF32, M, N), o);
     expect_gmm_matches(out, lhs, rhs, sizes, 2, "i8 x " + std::string(to_string(rhs_dtype)));
+    std::vector<float> fused_out(out.size(), std::nanf(""));
+    GmmOptions fused;
+    fused.rhs_scales = o.rhs_scales;
+    fused.quantize_lhs = LhsQuantization{DType::kI8, channel, {}};
+    rt_->gmm(TensorView::matrix(x_bf16.data(), DType::kBF16, M, K),
+             TensorView::batch(rhs.codes.data(), rhs_dtype, G, K, N), sizes,
+             TensorView::matrix(fused_out.data(), DType::kF32, M, N), fused);
+    EXPECT_EQ(0, std::memcmp(out.data(), fused_out.data(), out.size() * 4));
   }
 }
 

@@ -53,10 +53,11 @@ struct Scales {
   int64_t ld = 0;
 };
 
-// Activations a gmm call quantizes itself (docs/quantization.md): its f32 lhs [M, K] becomes
-// `dtype` codes with `scheme` scales along K (tensor, channel, block:B; none for fp8) by
-// `calibration`, exactly as gmmgen::quantize would make them, on the runtime's threads; then the
-// kernel of that lhs dtype and scheme runs on them. The codes live in the call's scratch.
+// Activations a gmm call quantizes itself (docs/quantization.md): its f32 or bf16 lhs [M, K]
+// becomes `dtype` codes with `scheme` scales along K (tensor, channel, block:B; none for fp8) by
+// `calibration`, exactly as gmmgen::quantize would make them of the f32 values (bf16 widened,
+// exactly), on the runtime's threads; then the kernel of that lhs dtype and scheme runs on them.
+// The codes live in the call's scratch.
 struct LhsQuantization {
   DType dtype = DType::kI8;
   Quant scheme{QuantKind::kBlock, 32, 0};
@@ -70,7 +71,7 @@ struct GmmOptions {
   bool accumulate = false;                      // with existing_out: active rows add existing_out
   std::optional<Tiling> tiling;                 // default: the heuristic (gmmgen/heuristics.h)
   Scales lhs_scales, rhs_scales;                // quantized lhs / rhs (docs/quantization.md)
-  std::optional<LhsQuantization> quantize_lhs;  // lhs is f32: quantize it in the call
+  std::optional<LhsQuantization> quantize_lhs;  // lhs is f32 or bf16: quantize it in the call
 };
 
 struct TgmmOptions {

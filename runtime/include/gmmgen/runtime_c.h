@@ -109,9 +109,10 @@ int gmmgen_runtime_gmm(gmmgen_runtime* runtime, const gmmgen_tensor* lhs, const 
                        const gmmgen_gmm_options* options, char* err, size_t err_len);
 
 /* Activations a gmm call quantizes itself (C++: gmmgen::LhsQuantization): gmmgen_runtime_gmm_
- * quantize_lhs's lhs is f32 [M, K], quantized along K into `dtype` codes with `scheme` scales by
- * `calibration`, bit for bit as gmmgen_quantize would (values checked in the same pass: one read
- * of lhs), then the kernel of those codes runs; options.lhs_scales must be empty. */
+ * quantize_lhs's lhs is f32 or bf16 [M, K], quantized along K into `dtype` codes with `scheme`
+ * scales by `calibration`, bit for bit as gmmgen_quantize would of its f32 values (bf16 widened,
+ * exactly; values checked in the same pass: one read of lhs), then the kernel of those codes
+ * runs; options.lhs_scales must be empty. */
 typedef struct gmmgen_lhs_quant {
   int32_t dtype;           /* a quantized GMMGEN_DTYPE_* code (i8, i4, f8e4m3, ...) */
   const char* scheme;      /* "tensor", "channel" or "block:B"; NULL or "" = none (fp8 only) */

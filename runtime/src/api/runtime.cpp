@@ -469,8 +469,8 @@ KernelSpec Runtime::gmm_spec(const TensorView& lhs, const TensorView& rhs,
                              const GmmOptions& o) const {
   if (lhs.ndim != 2) throw InvalidArgument("lhs must be 2-D [M, K], got " + shape_of(lhs));
   if (o.quantize_lhs) {  // the kernel reads the codes the call makes of lhs
-    if (lhs.dtype != DType::kF32)
-      throw InvalidArgument("quantize_lhs: lhs must hold f32 activations, not " +
+    if (lhs.dtype != DType::kF32 && lhs.dtype != DType::kBF16)
+      throw InvalidArgument("quantize_lhs: lhs must hold f32 or bf16 activations, not " +
                             std::string(to_string(lhs.dtype)));
     if (o.lhs_scales.scheme.kind != QuantKind::kNone || o.lhs_scales.data)
       throw InvalidArgument("quantize_lhs: lhs_scales must be empty (the call makes lhs's scales)");
@@ -806,7 +806,8 @@ void Runtime::gmm(const TensorView& lhs, const TensorView& rhs,
                      o.lhs_scales, o.rhs_scales));
     return;
   }
-  // f32 activations quantized by the call: the kernel is the one of the codes' dtype and scheme.
+  // f32 or bf16 activations quantized by the call: the kernel is the one of the codes' dtype and
+  // scheme.
   const LhsQuantization& q = *o.quantize_lhs;
   const KernelSpec spec = gmm_spec(lhs, rhs, group_sizes, out, o);
   const gmmgen_kernel_entry& kernel = impl_->dispatch(spec, o.tiling.has_value());
@@ -818,13 +819,13 @@ void Runtime::gmm(const TensorView& lhs, const TensorView& rhs,
   QuantizeOptions qopt;
   qopt.dtype = q.dtype, qopt.scheme = q.scheme, qopt.axis = QuantAxis::kCols;
   qopt.calibration = q.calibration;
-  const float* x = static_cast<const float*>(lhs.data);
+  const void* x = lhs.data;
   if (m > 0 && k > 0 && !x) throw InvalidArgument("lhs is NULL");
   const auto quantizer = [](const InvalidArgument& e) {
     return InvalidArgument(std::string("quantize_lhs (lhs is the quantizer's x): ") + e.what());
   };
   try {
-    check_quantize_args(x, m, k, lhs.ld, qopt);
+    check_quantize_args(x, lhs.dtype, m, k, lhs.ld, qopt);
   } catch (const InvalidArgument& e) {
     throw quantizer(e);
   }
@@ -837,7 +838,7 @@ void Runtime::gmm(const TensorView& lhs, const TensorView& rhs,
   if (m == 0 || k == 0)  // no codes, no scale computed: any positive one (none is applied)
     std::fill_n(scales, std::max<int64_t>(1, ss.rows * ss.cols), 1.0f);
   try {
-    quantize_into_scratch(x, m, k, lhs.ld, qopt, codes, scales, impl_->pool);
+    quantize_into_scratch(x, lhs.dtype, m, k, lhs.ld, qopt, codes, scales, impl_->pool);
   } catch (const InvalidArgument& e) {
     throw quantizer(e);
   }

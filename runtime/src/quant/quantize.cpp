@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <bit>
 #include <charconv>
 #include <cmath>
 #include <cstring>
@@ -334,18 +335,6 @@ void check_disjoint(std::initializer_list<Region> regions) {
     }
 }
 
-void for_items(ThreadPool& pool, int64_t count, int64_t elements,
-               const std::function<void(int64_t, int64_t)>& fn);
-
-// Non-finite values are found row by row with a vector scan (rows split over the pool), then the
-// first is located.
-void check_finite(ThreadPool& pool, const float* x, int64_t rows, int64_t cols, int64_t ld) {
-  int64_t r, c;
-  if (first_not_finite(x, rows, cols, ld, pool, r, c))
-    fail("x[" + std::to_string(r) + ", " + std::to_string(c) + "]=" + num(x[r * ld + c]) +
-         " is not finite (quantize takes finite values)");
-}
-
 // One operand's output: codes and (unless scheme none) scales, with their validated layout.
 struct Output {
   uint8_t* codes = nullptr;
@@ -388,28 +377,42 @@ Output check_output(const std::string& prefix, DType d, const Quant& q, QuantAxi
   return o;
 }
 
-int64_t check_input(const float* x, int64_t rows, int64_t cols, int64_t x_ld, Region& region) {
+// x [rows, cols] of f32 (size 4) or bf16 (size 2) elements, rows x_ld apart.
+int64_t check_input(const void* x, int64_t rows, int64_t cols, int64_t x_ld, Region& region,
+                    int64_t size = 4) {
   check_size(rows, "rows");
   check_size(cols, "cols");
   const int64_t ld = resolve_ld(x_ld, cols, "x_ld", "cols=" + std::to_string(cols));
   region = {x, 0, "x"};
   if (rows == 0 || cols == 0) return ld;
-  region.bytes = span_bytes(rows, __int128(cols) * 4, __int128(ld) * 4, "x");
-  check_pointer(x, alignof(float), "x");
+  region.bytes = span_bytes(rows, __int128(cols) * size, __int128(ld) * size, "x");
+  check_pointer(x, size_t(size), "x");
   return ld;
 }
 
 // ---- Quantization ------------------------------------------------------------------------------
 
 struct Source {
-  const float* x;
-  int64_t rows, cols, ld;
+  const float* x = nullptr;        // f32 values, or null when bf16 holds them
+  const uint16_t* bf16 = nullptr;  // bf16 bit patterns (each exactly an f32 value)
+  int64_t rows = 0, cols = 0, ld = 0;
   Calibration cal;
-  float fixed_scale;  // fixed calibration: every block's scale
-  ThreadPool* pool;   // where the work is split
+  float fixed_scale = 1.0f;    // fixed calibration: every block's scale
+  ThreadPool* pool = nullptr;  // where the work is split
   // Values not checked before: a panel (or the single block) whose maxima are not finite sets
   // *bad and writes nothing (the maxima see every value under absmax calibration).
   std::atomic<bool>* bad = nullptr;
+  // Row r's values as f32, valid at columns [c0, c1): x's own row, or the bf16 row widened into
+  // buf (a row_buffer()) there. The arithmetic after this never sees the input's dtype.
+  const float* row(int64_t r, int64_t c0, int64_t c1, float* buf) const {
+    if (x) return x + r * ld;
+    quant_runs::widen_bf16(bf16 + r * ld + c0, c1 - c0, buf + c0);
+    return buf;
+  }
+  std::vector<float> row_buffer() const { return std::vector<float>(bf16 ? size_t(cols) : 0); }
+  float at(int64_t r, int64_t c) const {
+    return x ? x[r * ld + c] : std::bit_cast<float>(uint32_t(bf16[r * ld + c]) << 16);
+  }
   // The value encoded for element x: clipped first under fixed calibration.
   double value(float v) const {
     return cal.kind == Calibration::Kind::kFixed ? std::clamp(double(v), cal.lo, cal.hi)
@@ -513,7 +516,7 @@ void for_items(ThreadPool& pool, int64_t count, int64_t elements,
 // caller's scratch of `chunk` floats.
 template <DType D>
 void quantize_panel(const Source& src, const Codec& k, const Output& out, int64_t chunk, int64_t bi,
-                    int64_t cj, float* s) {
+                    int64_t cj, float* s, float* buf) {
   const Layout& l = out.layout;
   const bool scaled = out.scales != nullptr;
   const int64_t r0 = bi * l.br, r1 = std::min(src.rows, r0 + l.br);
@@ -526,7 +529,7 @@ void quantize_panel(const Source& src, const Codec& k, const Output& out, int64_
   } else {
     std::fill(s, s + nb, 0.0f);
     for (int64_t r = r0; r < r1; ++r) {
-      const float* row = src.x + r * src.ld;
+      const float* row = src.row(r, c0, c1, buf);
       if (l.bc == 1)  // one scale per column (Bx1 blocks, channel along rows)
         quant_runs::amax_columns(s, row + c0, c1 - c0);
       else
@@ -539,7 +542,7 @@ void quantize_panel(const Source& src, const Codec& k, const Output& out, int64_
   if (scaled)
     for (int64_t b = 0; b < nb; ++b) out.scales[l.index(bi, bj0 + b)] = s[b];
   for (int64_t r = r0; r < r1; ++r)
-    encode_run<D>(k, src, src.x + r * src.ld, c0, c1, s, scale_run(l.bc),
+    encode_run<D>(k, src, src.row(r, c0, c1, buf), c0, c1, s, scale_run(l.bc),
                   out.codes + r * out.code_stride);
 }
 
@@ -553,8 +556,10 @@ void quantize_one_block(const Source& src, const Codec& k, const Output& out) {
     std::mutex mutex;
     float amax = 0.0f;
     for_items(*src.pool, src.rows, elements, [&](int64_t r0, int64_t r1) {
+      std::vector<float> buf = src.row_buffer();
       float a = 0.0f;
-      for (int64_t r = r0; r < r1; ++r) a = quant_runs::amax(src.x + r * src.ld, src.cols, a);
+      for (int64_t r = r0; r < r1; ++r)
+        a = quant_runs::amax(src.row(r, 0, src.cols, buf.data()), src.cols, a);
       const std::lock_guard<std::mutex> lock(mutex);
       amax = quant_runs::max_magnitude(amax, a);  // keeps a NaN, as the maxima do
     });
@@ -563,8 +568,9 @@ void quantize_one_block(const Source& src, const Codec& k, const Output& out) {
   }
   out.scales[out.layout.index(0, 0)] = scale;
   for_items(*src.pool, src.rows, elements, [&](int64_t r0, int64_t r1) {
+    std::vector<float> buf = src.row_buffer();
     for (int64_t r = r0; r < r1; ++r)
-      encode_run<D>(k, src, src.x + r * src.ld, 0, src.cols, &scale, kOneScale,
+      encode_run<D>(k, src, src.row(r, 0, src.cols, buf.data()), 0, src.cols, &scale, kOneScale,
                     out.codes + r * out.code_stride);
   });
 }
@@ -577,9 +583,9 @@ void quantize_panels(const Source& src, const Codec& k, const Output& out) {
   const int64_t chunk = std::min(l.grid_cols, std::max<int64_t>(1, cols / l.bc));
   const int64_t chunks = ceil_div(l.grid_cols, chunk);
   for_items(*src.pool, l.grid_rows * chunks, src.rows * src.cols, [&](int64_t i0, int64_t i1) {
-    std::vector<float> s(static_cast<size_t>(chunk));
+    std::vector<float> s(static_cast<size_t>(chunk)), buf = src.row_buffer();
     for (int64_t i = i0; i < i1; ++i)
-      quantize_panel<D>(src, k, out, chunk, i / chunks, i % chunks, s.data());
+      quantize_panel<D>(src, k, out, chunk, i / chunks, i % chunks, s.data(), buf.data());
   });
 }
 
@@ -628,11 +634,44 @@ void quantize_tiles(const Source& src, const Codec& k, int64_t block, const Outp
             });
 }
 
-Source make_source(const float* x, int64_t rows, int64_t cols, int64_t ld, const Calibration& c,
-                   const Codec& k, ThreadPool& pool) {
-  Source s{x, rows, cols, ld, c, 1.0f, &pool, nullptr};
+// x holds f32 values, or bf16 bit patterns when x_dtype is bf16.
+Source make_source(const void* x, DType x_dtype, int64_t rows, int64_t cols, int64_t ld,
+                   const Calibration& c, const Codec& k, ThreadPool& pool) {
+  Source s;
+  if (x_dtype == DType::kBF16)
+    s.bf16 = static_cast<const uint16_t*>(x);
+  else
+    s.x = static_cast<const float*>(x);
+  s.rows = rows, s.cols = cols, s.ld = ld, s.cal = c, s.pool = &pool;
   if (c.kind == Calibration::Kind::kFixed) s.fixed_scale = positive_scale(fixed_bound(c) / k.qmax);
   return s;
+}
+
+// The first of src's values that is not finite, in row-major order: rows scanned in vector code,
+// split over the pool; rows past a bad one found are skipped.
+bool first_not_finite(const Source& src, int64_t& row, int64_t& col) {
+  std::atomic<int64_t> first_bad{src.rows};
+  for_items(*src.pool, src.rows, src.rows * src.cols, [&](int64_t r0, int64_t r1) {
+    std::vector<float> buf = src.row_buffer();
+    for (int64_t r = r0; r < r1 && r < first_bad.load(std::memory_order_relaxed); ++r)
+      if (quant_runs::any_not_finite(src.row(r, 0, src.cols, buf.data()), src.cols)) {
+        for (int64_t seen = first_bad.load();
+             r < seen && !first_bad.compare_exchange_weak(seen, r);) {
+        }
+        return;
+      }
+  });
+  row = first_bad.load();
+  if (row == src.rows) return false;
+  for (col = 0; col < src.cols && std::isfinite(src.at(row, col));) ++col;
+  return true;
+}
+
+void check_finite(const Source& src) {
+  int64_t r, c;
+  if (first_not_finite(src, r, c))
+    fail("x[" + std::to_string(r) + ", " + std::to_string(c) + "]=" + num(src.at(r, c)) +
+         " is not finite (quantize takes finite values)");
 }
 
 }  // namespace
@@ -721,20 +760,19 @@ void check_options(const QuantizeOptions& o) {
 // of x runs first.
 enum class Check { kBeforeWrites, kWhileWriting };
 
-void run_quantize(ThreadPool& pool, const float* x, int64_t rows, int64_t cols, int64_t ld,
-                  const QuantizeOptions& o, const Output& out, Check check) {
+void run_quantize(ThreadPool& pool, const void* x, DType x_dtype, int64_t rows, int64_t cols,
+                  int64_t ld, const QuantizeOptions& o, const Output& out, Check check) {
   const Codec k(o.dtype);
-  Source src = make_source(x, rows, cols, ld, o.calibration, k, pool);
+  Source src = make_source(x, x_dtype, rows, cols, ld, o.calibration, k, pool);
   const bool maxima = out.scales && o.calibration.kind == Calibration::Kind::kAbsmax;
   const bool one_block = out.layout.grid_rows == 1 && out.layout.grid_cols == 1;
   const bool on_maxima =
       maxima && (check == Check::kWhileWriting || (check == Check::kBeforeWrites && one_block));
-  if (!on_maxima) check_finite(pool, x, rows, cols, ld);
+  if (!on_maxima) check_finite(src);
   std::atomic<bool> bad{false};
   if (on_maxima) src.bad = &bad;
   with_dtype(o.dtype, [&](auto d) { quantize_panels<decltype(d)::value>(src, k, out); });
-  if (bad)
-    check_finite(pool, x, rows, cols, ld);  // throws, naming the first value that is not finite
+  if (bad) check_finite(src);  // throws, naming the first value that is not finite
 }
 
 }  // namespace
@@ -749,36 +787,26 @@ void quantize(const float* x, int64_t rows, int64_t cols, int64_t x_ld, const Qu
   cr.name = "codes", sr.name = "scales";
   check_disjoint({xr, cr, sr});
   if (rows == 0 || cols == 0) return;
-  run_quantize(process_pool(), x, rows, cols, ld, o, out, Check::kBeforeWrites);
+  run_quantize(process_pool(), x, DType::kF32, rows, cols, ld, o, out, Check::kBeforeWrites);
 }
 
 bool first_not_finite(const float* x, int64_t rows, int64_t cols, int64_t ld, ThreadPool& pool,
                       int64_t& row, int64_t& col) {
-  // Rows scanned in vector code, split over the pool; rows past a bad one found are skipped.
-  std::atomic<int64_t> first_bad{rows};
-  for_items(pool, rows, rows * cols, [&](int64_t r0, int64_t r1) {
-    for (int64_t r = r0; r < r1 && r < first_bad.load(std::memory_order_relaxed); ++r)
-      if (quant_runs::any_not_finite(x + r * ld, cols)) {
-        for (int64_t seen = first_bad.load();
-             r < seen && !first_bad.compare_exchange_weak(seen, r);) {
-        }
-        return;
-      }
-  });
-  row = first_bad.load();
-  if (row == rows) return false;
-  for (col = 0; col < cols && std::isfinite(x[row * ld + col]);) ++col;
-  return true;
+  Source src;
+  src.x = x, src.rows = rows, src.cols = cols, src.ld = ld, src.pool = &pool;
+  return first_not_finite(src, row, col);
 }
 
-void check_quantize_args(const float* x, int64_t rows, int64_t cols, int64_t x_ld,
+void check_quantize_args(const void* x, DType x_dtype, int64_t rows, int64_t cols, int64_t x_ld,
                          const QuantizeOptions& o) {
+  if (x_dtype != DType::kF32 && x_dtype != DType::kBF16)
+    fail("x: dtype " + std::string(to_string(x_dtype)) + " is not f32 or bf16");
   check_options(o);
   Region xr;
-  check_input(x, rows, cols, x_ld, xr);
+  check_input(x, rows, cols, x_ld, xr, x_dtype == DType::kBF16 ? 2 : 4);
 }
 
-void quantize_into_scratch(const float* x, int64_t rows, int64_t cols, int64_t x_ld,
+void quantize_into_scratch(const void* x, DType x_dtype, int64_t rows, int64_t cols, int64_t x_ld,
                            const QuantizeOptions& o, void* codes, float* scales, ThreadPool& pool) {
   if (rows == 0 || cols == 0) return;
   Output out;
@@ -787,7 +815,7 @@ void quantize_into_scratch(const float* x, int64_t rows, int64_t cols, int64_t x
   out.code_stride = packed_codes_ld(o.dtype, cols) / codes::elements_per_byte(o.dtype);
   out.codes = static_cast<uint8_t*>(codes);
   out.scales = o.scheme.kind == QuantKind::kNone ? nullptr : scales;
-  run_quantize(pool, x, rows, cols, x_ld ? x_ld : cols, o, out, Check::kWhileWriting);
+  run_quantize(pool, x, x_dtype, rows, cols, x_ld ? x_ld : cols, o, out, Check::kWhileWriting);
 }
 
 void quantize_dual(const float* x, int64_t rows, int64_t cols, int64_t x_ld,
@@ -811,10 +839,9 @@ void quantize_dual(const float* x, int64_t rows, int64_t cols, int64_t x_ld,
   rcr.name = "row_codes", rsr.name = "row_scales", ccr.name = "col_codes", csr.name = "col_scales";
   check_disjoint({xr, rcr, rsr, ccr, csr});
   if (rows == 0 || cols == 0) return;
-  check_finite(process_pool(), x, rows, cols, ld);
-
   const Codec k(o.dtype);
-  const Source src = make_source(x, rows, cols, ld, o.calibration, k, process_pool());
+  const Source src = make_source(x, DType::kF32, rows, cols, ld, o.calibration, k, process_pool());
+  check_finite(src);
   with_dtype(o.dtype, [&](auto d) {
     quantize_tiles<decltype(d)::value>(src, k, o.scheme.block_k, rows_out, cols_out);
   });

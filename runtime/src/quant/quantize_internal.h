@@ -16,9 +16,13 @@ namespace gmmgen {
 bool first_not_finite(const float* x, int64_t rows, int64_t cols, int64_t ld, ThreadPool& pool,
                       int64_t& row, int64_t& col);
 
+// x of these calls holds f32 values (x_dtype f32) or bf16 bit patterns (x_dtype bf16, uint16
+// elements, x_ld in elements): bf16 values are quantized as the f32 values they are exactly, so
+// the codes and scales are quantize()'s of x widened to f32.
+
 // What quantize() checks of the options and of x's shape and stride; nothing of x's values or of
 // the outputs.
-void check_quantize_args(const float* x, int64_t rows, int64_t cols, int64_t x_ld,
+void check_quantize_args(const void* x, DType x_dtype, int64_t rows, int64_t cols, int64_t x_ld,
                          const QuantizeOptions& o);
 
 // quantize() after check_quantize_args, into packed outputs of the caller's own (codes
@@ -26,7 +30,7 @@ void check_quantize_args(const float* x, int64_t rows, int64_t cols, int64_t x_l
 // x's values are checked as they are read (under absmax calibration, in the same pass as the
 // codes): a value that is not finite throws quantize()'s InvalidArgument, after some of the
 // outputs may have been written.
-void quantize_into_scratch(const float* x, int64_t rows, int64_t cols, int64_t x_ld,
+void quantize_into_scratch(const void* x, DType x_dtype, int64_t rows, int64_t cols, int64_t x_ld,
                            const QuantizeOptions& o, void* codes, float* scales, ThreadPool& pool);
 
 }  // namespace gmmgen

@@ -70,6 +70,16 @@ GMMGEN_RUNS_AVX2 int64_t not_finite_avx2(const float* x, int64_t n, bool& bad) {
   return i;
 }
 
+GMMGEN_RUNS_AVX2 int64_t widen_bf16_avx2(const uint16_t* x, int64_t n, float* out) {
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(x + i));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(out + i),
+                        _mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  return i;
+}
+
 GMMGEN_RUNS_AVX2 int64_t amax_avx2(const float* x, int64_t n, float& m) {
   __m256 a = _mm256_set1_ps(m), b = a;
   int64_t i = 0;
@@ -217,6 +227,15 @@ GMMGEN_RUNS_AVX512 int64_t not_finite_avx512(const float* x, int64_t n, bool& ba
   for (; i + 16 <= n; i += 16)
     any |= _mm512_cmpeq_epi32_mask(_mm512_and_si512(_mm512_loadu_si512(x + i), exp), exp);
   bad = any != 0;
+  return i;
+}
+
+GMMGEN_RUNS_AVX512 int64_t widen_bf16_avx512(const uint16_t* x, int64_t n, float* out) {
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + i));
+    _mm512_storeu_si512(out + i, _mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
   return i;
 }
 
@@ -465,6 +484,17 @@ bool any_not_finite(const float* x, int64_t n) {
 #endif
   for (; i < n && !bad; ++i) bad = !std::isfinite(x[i]);
   return bad;
+}
+
+void widen_bf16(const uint16_t* x, int64_t n, float* out) {
+  int64_t i = 0;
+#ifdef GMMGEN_QUANT_RUNS_X86
+  if (level() == Level::kAvx512)
+    i = widen_bf16_avx512(x, n, out);
+  else if (level() == Level::kAvx2)
+    i = widen_bf16_avx2(x, n, out);
+#endif
+  for (; i < n; ++i) out[i] = std::bit_cast<float>(uint32_t(x[i]) << 16);
 }
 
 float max_magnitude(float m, float v) {

@@ -11,6 +11,10 @@ namespace gmmgen::quant_runs {
 // Whether any of x[0, n) is inf or NaN.
 bool any_not_finite(const float* x, int64_t n);
 
+// out[i] = the f32 value of the bf16 bit pattern x[i] for i in [0, n) (exact: bf16 is the upper
+// half of an f32), in vector code where the host has it.
+void widen_bf16(const uint16_t* x, int64_t n, float* out);
+
 // The maxima below are taken on the magnitudes' bit patterns: for finite values the float
 // maximum; an inf or NaN among the values makes the maximum inf or NaN (never lost), so a
 // maximum that is not finite reports a value that is not.
