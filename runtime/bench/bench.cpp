@@ -485,6 +485,7 @@ nlohmann::ordered_json Row::to_json() const {
     j["quantize_bandwidth_fraction"] =
         quantize_bandwidth_fraction > 0 ? speed(quantize_bandwidth_fraction) : nullptr;
     j["end_to_end_ms"] = speed(end_to_end_ms);
+    j["end_to_end_bf16_ms"] = speed(end_to_end_bf16_ms);
     j["end_to_end_gflops"] = speed(end_to_end_gflops);
     j["end_to_end_ratio"] = end_to_end_ratio > 0 ? speed(end_to_end_ratio) : nullptr;
     j["end_to_end_vs_float"] =
@@ -611,22 +612,28 @@ Row run(Runtime& rt, const KernelSpec& spec, const Workload& work, const Options
   // Activations quantized in the call (gmm with lhs codes): other f32 activations of the same
   // distribution, quantized by gmmgen::quantize into the lhs's dtype and scheme (timed alone),
   // and given to Runtime::gmm with GmmOptions::quantize_lhs, which quantizes them and runs this
-  // row's kernel, into an output of its own (end to end).
+  // row's kernel, into an output of its own (end to end); and the same from those activations
+  // rounded to bf16.
   const bool quantizes_activations = !tgmm && codes::is_quantized(spec.lhs);
   std::vector<float> act;
+  std::vector<uint16_t> act_bf16;
   std::unique_ptr<Operand> act_q;
   std::unique_ptr<Buffer> act_out;
   GmmOptions fused;
-  TensorView act_view, rhs_view, out_view;
+  TensorView act_view, act_bf16_view, rhs_view, out_view;
   if (quantizes_activations) {
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     act.resize(size_t(M * K));
     for (float& v : act) v = u(rng);
+    act_bf16.resize(act.size());
+    for (size_t i = 0; i < act.size(); ++i)
+      store_element(DType::kBF16, act_bf16.data(), int64_t(i), act[i]);
     act_q = std::make_unique<Operand>(lhs.dtype, lhs.scheme, lhs.axis, 1, M, K);
     act_q->grid = lhs.grid;
     act_q->scales.assign(std::max<size_t>(lhs.scales.size(), 1), 0.0f);
     act_out = std::make_unique<Buffer>(spec.out, M * N);
     act_view = TensorView::matrix(act.data(), DType::kF32, M, K);
+    act_bf16_view = TensorView::matrix(act_bf16.data(), DType::kBF16, M, K);
     rhs_view = TensorView::batch(rhs.mem.data(), spec.rhs, spec.g_local, spec.transpose_rhs ? N : K,
                                  spec.transpose_rhs ? K : N);
     out_view = TensorView::matrix(act_out->data(), spec.out, M, N);
@@ -658,6 +665,8 @@ Row run(Runtime& rt, const KernelSpec& spec, const Workload& work, const Options
   if (quantizes_activations) {
     contenders.push_back({quantize_activations});
     contenders.push_back({[&] { rt.gmm(act_view, rhs_view, work.group_sizes, out_view, fused); }});
+    contenders.push_back(
+        {[&] { rt.gmm(act_bf16_view, rhs_view, work.group_sizes, out_view, fused); }});
   }
   if (base) contenders.push_back({[&] { base->run(); }, std::chrono::milliseconds(50)});
   const std::vector<double> ms = median_ms(contenders, o.reps);
@@ -680,6 +689,7 @@ Row run(Runtime& rt, const KernelSpec& spec, const Workload& work, const Options
     if (machine.bandwidth_gbs > 0)
       row.quantize_bandwidth_fraction = row.quantize_gbs / machine.bandwidth_gbs;
     row.end_to_end_ms = ms[quantize_at + 1];
+    row.end_to_end_bf16_ms = ms[quantize_at + 2];
     row.end_to_end_gflops = row.flops / (row.end_to_end_ms * 1e6);
     if (base) row.end_to_end_ratio = row.baseline_ms / row.end_to_end_ms;
     if (float_kernel) row.end_to_end_vs_float = row.end_to_end_gflops / row.float_gflops;

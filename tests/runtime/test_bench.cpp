@@ -301,12 +301,13 @@ TEST(BenchQuant, QuantizedRowsCheckAgainstTheDequantizedReferenceAndBaselines) {
         EXPECT_NEAR(row.quantize_gbs, 70.0 * spec.k * 4 / (row.quantize_ms * 1e6),
                     1e-9 * row.quantize_gbs);
         EXPECT_GT(row.end_to_end_ms, 0);
+        EXPECT_GT(row.end_to_end_bf16_ms, 0);
         EXPECT_NEAR(row.end_to_end_gflops, row.flops / (row.end_to_end_ms * 1e6),
                     1e-9 * row.end_to_end_gflops);
         EXPECT_EQ(row.end_to_end_ratio > 0, row.baseline_gflops > 0);
         EXPECT_EQ(row.quantize_bandwidth_fraction, 0);  // no bandwidth measured here
-        for (const char* key :
-             {"quantize_ms", "quantize_gbs", "end_to_end_ms", "end_to_end_gflops"})
+        for (const char* key : {"quantize_ms", "quantize_gbs", "end_to_end_ms", "end_to_end_gflops",
+                                "end_to_end_bf16_ms"})
           EXPECT_TRUE(j[key].is_number()) << key;
         EXPECT_TRUE(j["end_to_end_vs_float"].is_null());
       } else {

@@ -286,10 +286,10 @@ int run_bench(const BenchOptions& o) {
     if (!e2e_header) {
       std::printf(
           "\nend to end: f32 activations, quantized by gmmgen_quantize alone (quant ms), and "
-          "quantized in the gmm call (quantize_lhs: e2e)\n%-5s %-5s %-*s %10s %7s %6s %10s %10s "
-          "%10s %7s %9s\n",
+          "quantized in the gmm call (quantize_lhs: e2e; from bf16 activations: e2e bf16)\n"
+          "%-5s %-5s %-*s %10s %7s %6s %10s %10s %10s %7s %9s %11s\n",
           "shape", "op", w, "lhs x rhs -> out", "quant ms", "GB/s", "% bw", "kernel ms", "e2e ms",
-          "e2e GF/s", "ratio", "vs float");
+          "e2e GF/s", "ratio", "vs float", "e2e bf16 ms");
       e2e_header = true;
     }
     char bw[16] = "-", ratio[16] = "-", vs[16] = "-";
@@ -297,9 +297,10 @@ int run_bench(const BenchOptions& o) {
       std::snprintf(bw, sizeof bw, "%.0f%%", 100 * r.quantize_bandwidth_fraction);
     if (r.end_to_end_ratio > 0) std::snprintf(ratio, sizeof ratio, "%.2f", r.end_to_end_ratio);
     if (r.end_to_end_vs_float > 0) std::snprintf(vs, sizeof vs, "%.2f", r.end_to_end_vs_float);
-    std::printf("%-5s %-5s %-*s %10.3f %7.2f %6s %10.3f %10.3f %10.1f %7s %9s\n", r.shape.c_str(),
-                r.op.c_str(), w, dtypes_label(r).c_str(), r.quantize_ms, r.quantize_gbs, bw, r.ms,
-                r.end_to_end_ms, r.end_to_end_gflops, ratio, vs);
+    std::printf("%-5s %-5s %-*s %10.3f %7.2f %6s %10.3f %10.3f %10.1f %7s %9s %11.3f\n",
+                r.shape.c_str(), r.op.c_str(), w, dtypes_label(r).c_str(), r.quantize_ms,
+                r.quantize_gbs, bw, r.ms, r.end_to_end_ms, r.end_to_end_gflops, ratio, vs,
+                r.end_to_end_bf16_ms);
   }
   for (size_t i = 0; i < no_baseline.size(); ++i)
     std::printf("%sno baseline: %s\n", i ? "" : "\n", no_baseline[i].c_str());

@@ -159,9 +159,11 @@ struct Row {
   // into the lhs's dtype and scheme, timed alone (quantize_ms; GB/s of f32 input, and that over
   // the measured bandwidth), and given to Runtime::gmm with GmmOptions::quantize_lhs, which
   // quantizes them and runs the row's kernel (end_to_end_*: GFLOP/s, the baseline's time over it,
-  // and its GFLOP/s over float_gflops). 0 elsewhere.
+  // and its GFLOP/s over float_gflops); end_to_end_bf16_ms: the same call on those activations
+  // rounded to bf16. 0 elsewhere.
   double quantize_ms = 0, quantize_gbs = 0, quantize_bandwidth_fraction = 0;
   double end_to_end_ms = 0, end_to_end_gflops = 0, end_to_end_ratio = 0, end_to_end_vs_float = 0;
+  double end_to_end_bf16_ms = 0;
   double peak_gflops = 0, peak_fraction = 0;
   // The roofline: the row's product path and its peak (0: not measured), the bytes the cost
   // model says it moves, and max(flops / path peak, bytes / bandwidth); roofline_fraction is that
