@@ -522,6 +522,8 @@ void quantize_panel(const Source& src, const Codec& k, const Output& out, int64_
   const int64_t r0 = bi * l.br, r1 = std::min(src.rows, r0 + l.br);
   const int64_t bj0 = cj * chunk, nb = std::min(chunk, l.grid_cols - bj0);
   const int64_t c0 = bj0 * l.bc, c1 = std::min(src.cols, (bj0 + nb) * l.bc);
+  // A panel of one row keeps the row the maxima read (bf16 widened once for both passes).
+  const float* widened = nullptr;
   if (!scaled) {
     std::fill(s, s + nb, 1.0f);
   } else if (src.cal.kind == Calibration::Kind::kFixed) {
@@ -530,6 +532,7 @@ void quantize_panel(const Source& src, const Codec& k, const Output& out, int64_
     std::fill(s, s + nb, 0.0f);
     for (int64_t r = r0; r < r1; ++r) {
       const float* row = src.row(r, c0, c1, buf);
+      if (r1 - r0 == 1) widened = row;
       if (l.bc == 1)  // one scale per column (Bx1 blocks, channel along rows)
         quant_runs::amax_columns(s, row + c0, c1 - c0);
       else
@@ -542,7 +545,7 @@ void quantize_panel(const Source& src, const Codec& k, const Output& out, int64_
   if (scaled)
     for (int64_t b = 0; b < nb; ++b) out.scales[l.index(bi, bj0 + b)] = s[b];
   for (int64_t r = r0; r < r1; ++r)
-    encode_run<D>(k, src, src.row(r, c0, c1, buf), c0, c1, s, scale_run(l.bc),
+    encode_run<D>(k, src, widened ? widened : src.row(r, c0, c1, buf), c0, c1, s, scale_run(l.bc),
                   out.codes + r * out.code_stride);
 }
 
