@@ -125,6 +125,11 @@ mu::data family_context(const KernelSpec& s, const IsaFamily& f, size_t index, s
     vecs.push_back(mu::object{{"j", std::to_string(j)}, {"off", std::to_string(j * f.vec)}});
   ctx.set("rows", rows);
   ctx.set("vecs", vecs);
+  // The vectors of a register tile half as wide (a tile that also holds its f32 accumulators).
+  mu::data fold_vecs{mu::data::type::list};
+  for (int64_t j = 0; j < f.nr / f.vec / 2; ++j)
+    fold_vecs.push_back(mu::object{{"j", std::to_string(j)}, {"off", std::to_string(j * f.vec)}});
+  ctx.set("fold_vecs", fold_vecs);
   const bool pairs = bf16_pairs(s, f);
   const bool qint = quant_int_dot(s, f), qpairs = quant_pairs(s, f);
   ctx.set("bf16_dot", mu::data(pairs || qpairs));
