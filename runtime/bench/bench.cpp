@@ -613,8 +613,9 @@ Row run(Runtime& rt, const KernelSpec& spec, const Workload& work, const Options
   // distribution, quantized by gmmgen::quantize into the lhs's dtype and scheme (timed alone),
   // and given to Runtime::gmm with GmmOptions::quantize_lhs, which quantizes them and runs this
   // row's kernel, into an output of its own (end to end); and the same from those activations
-  // rounded to bf16.
-  const bool quantizes_activations = !tgmm && codes::is_quantized(spec.lhs);
+  // rounded to bf16. Only for isa=native rows: the runtime's call runs the host's best family.
+  const bool quantizes_activations =
+      !tgmm && codes::is_quantized(spec.lhs) && spec.isa == Isa::kNative;
   std::vector<float> act;
   std::vector<uint16_t> act_bf16;
   std::unique_ptr<Operand> act_q;
