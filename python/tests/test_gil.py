@@ -15,6 +15,28 @@ K = N = 1024
 
 
 class GilTest(unittest.TestCase):
+    @staticmethod
+    def ticks_during(lhs, rhs, sizes):
+        """Seconds of one call and the ticks a 2 ms ticking thread made during it."""
+        ticks, stop = [0], threading.Event()
+
+        def tick():
+            while not stop.is_set():
+                time.sleep(0.002)
+                ticks[0] += 1
+
+        thread = threading.Thread(target=tick)
+        thread.start()
+        time.sleep(0.02)
+        before = ticks[0]
+        start = time.perf_counter()
+        gmmgen.gmm(lhs, rhs, sizes)
+        elapsed = time.perf_counter() - start
+        during = ticks[0] - before
+        stop.set()
+        thread.join()
+        return elapsed, during
+
     def test_other_thread_runs_during_a_kernel(self):
         gmmgen.configure(num_threads=1)  # the kernel on one core, the ticking thread on another
         try:
@@ -33,26 +55,17 @@ class GilTest(unittest.TestCase):
                     break
                 m *= 2
             # A thread that needs the GIL every 2 ms: while the kernel holds the GIL it gets at
-            # most a tick or two (at the switch before the call); released, one per 2 ms.
-            ticks, stop = [0], threading.Event()
-
-            def tick():
-                while not stop.is_set():
-                    time.sleep(0.002)
-                    ticks[0] += 1
-
-            thread = threading.Thread(target=tick)
-            thread.start()
-            time.sleep(0.02)
-            before = ticks[0]
-            start = time.perf_counter()
-            gmmgen.gmm(lhs, rhs, sizes)
-            elapsed = time.perf_counter() - start
-            during = ticks[0] - before
-            stop.set()
-            thread.join()
-            self.assertGreaterEqual(elapsed, 0.1, "the kernel ran too briefly to tell")
-            self.assertGreaterEqual(during, 10, f"{during} ticks in a {elapsed:.3f} s call")
+            # most a tick or two (at the switch before the call); released, one per 2 ms. A call
+            # that held the GIL would never show more, so a noisy host (a call much faster than
+            # calibrated, or the ticking thread's core taken away for a while) gets three tries.
+            tries = []
+            for _ in range(3):
+                elapsed, during = self.ticks_during(lhs, rhs, sizes)
+                tries.append(f"{during} ticks in a {elapsed:.3f} s call")
+                if elapsed >= 0.1 and during >= 10:
+                    break
+            else:
+                self.fail("; ".join(tries))
         finally:
             gmmgen.configure()
 
