@@ -538,10 +538,11 @@ Panels panels_of(const Layout& l) {
   return p;
 }
 
-// The absolute maxima of panel p's blocks into s; returns the panel's row when it has one row (its
-// bf16 values widened, kept for the encoding).
-const float* panel_maxima(const Source& src, const Layout& l, const Panels::At& p, float* s,
-                          float* buf) {
+// The absmax scales of panel p's blocks into s, and whether every block's maximum was finite (a
+// value that is not makes its block's maximum so); returns the panel's row when it has one row
+// (its bf16 values widened, kept for the encoding).
+const float* panel_scales(const Source& src, const Codec& k, const Layout& l, const Panels::At& p,
+                          float* s, float* buf, bool& finite) {
   const float* widened = nullptr;
   std::fill(s, s + p.nb, 0.0f);
   for (int64_t r = p.r0; r < p.r1; ++r) {
@@ -552,11 +553,9 @@ const float* panel_maxima(const Source& src, const Layout& l, const Panels::At& 
     else
       quant_runs::amax_blocks(row + p.c0, p.c1 - p.c0, l.bc, s);
   }
+  finite = std::all_of(s, s + p.nb, [](float m) { return std::isfinite(m); });
+  for (int64_t b = 0; b < p.nb; ++b) s[b] = absmax_scale(s[b], k.qmax);
   return widened;
-}
-
-bool all_finite(const float* s, int64_t n) {
-  return std::all_of(s, s + n, [](float m) { return std::isfinite(m); });
 }
 
 // Panel (bi, chunk cj) of `panels`; s is the caller's scratch of `chunk` floats.
@@ -576,9 +575,9 @@ void quantize_panel(const Source& src, const Codec& k, const Output& out, const 
   } else if (src.scales) {
     std::copy_n(src.scales + bi * l.grid_cols + bj0, nb, s);
   } else {
-    widened = panel_maxima(src, l, p, s, buf);
-    if (src.bad && !all_finite(s, nb)) return src.bad->store(true);
-    for (int64_t b = 0; b < nb; ++b) s[b] = absmax_scale(s[b], k.qmax);
+    bool finite = true;
+    widened = panel_scales(src, k, l, p, s, buf, finite);
+    if (src.bad && !finite) return src.bad->store(true);
   }
   if (scaled)
     for (int64_t b = 0; b < nb; ++b) out.scales[l.index(bi, bj0 + b)] = s[b];
@@ -640,10 +639,9 @@ void block_scales(const Source& src, const Codec& k, const Layout& l, float* sca
               for (int64_t i = i0; i < i1; ++i) {
                 const int64_t bi = i / panels.chunks;
                 const Panels::At p = panels.at(l, src.rows, src.cols, bi, i % panels.chunks);
-                float* s = scales + bi * l.grid_cols + p.bj0;
-                panel_maxima(src, l, p, s, buf.data());
-                if (!all_finite(s, p.nb)) src.bad->store(true);
-                for (int64_t b = 0; b < p.nb; ++b) s[b] = absmax_scale(s[b], k.qmax);
+                bool finite = true;
+                panel_scales(src, k, l, p, scales + bi * l.grid_cols + p.bj0, buf.data(), finite);
+                if (!finite) src.bad->store(true);
               }
             });
 }
@@ -817,9 +815,9 @@ void check_options(const QuantizeOptions& o) {
 // which is not finite if one of its values is not: the check rides on the maxima, taken before
 // any write (kBeforeWrites: every block's scale into a scratch first, block_scales; one block of
 // tensor scales in its own two passes) or as each panel is written (kWhileWriting). Without
-// maxima (fixed calibration, no scales) a scan of x runs first. Either way x is read twice
-// (a 2048 x 4096 f32 matrix quantized again and again: a scan, then maxima and codes per panel,
-// took 1.2-1.36x the time).
+// maxima (fixed calibration, no scales) a scan of x runs first. Either way kBeforeWrites reads x
+// twice (a 2048 x 4096 f32 matrix quantized again and again: a scan, then maxima and codes per
+// panel, took 1.2-1.36x the time).
 enum class Check { kBeforeWrites, kWhileWriting };
 
 void run_quantize(ThreadPool& pool, const void* x, DType x_dtype, int64_t rows, int64_t cols,
