@@ -1,5 +1,6 @@
-// The machine's f32 FMA peak: a register-only loop of independent FMA chains in the host's
-// best family, on `threads` threads at once.
+// The peaks of the product paths (f32 FMA, bf16 and integer dot products, AMX tiles): register-
+// only loops of independent chains of one instruction in the host's families, on `threads`
+// threads at once; and the DRAM read bandwidth.
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -15,6 +16,8 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 #endif
 
 namespace gmmgen::bench {
@@ -124,6 +127,62 @@ GMMGEN_REGISTER_ONLY __attribute__((target("avx2"))) double int_dot_ymm() {
   return lane_sum<int32_t>(a);
 }
 #undef GMMGEN_MADD_ADD
+
+// AMX tdpbf16ps on four independent 16 x 16 f32 C tiles (tmm0-3) from two A tiles (tmm4-5, 16
+// rows x 32 bf16) and two B tiles (tmm6-7, 16 pair rows x 16 columns), as the kernels' 32 x 32
+// block does: 16 x 16 x 32 products, 16384 flops an instruction. The tile state is granted per
+// process (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) and configured per thread, so each
+// call configures its own and releases it. The operands are loaded once from ones and small
+// values (not zero tiles, which a machine could skip). Raw instructions: no compiler flags.
+constexpr int64_t kTileIters = kIters / 16;
+bool tiles_granted() {
+  static const bool granted =
+      syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
+  return granted;
+}
+GMMGEN_REGISTER_ONLY double amx_bf16_tiles() {
+  struct alignas(64) {
+    uint8_t palette = 1, start_row = 0, reserved[14] = {};
+    uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
+    uint8_t rows[16] = {16, 16, 16, 16, 16, 16, 16, 16};
+  } config;
+  alignas(64) uint16_t operand[2][16 * 32];
+  std::fill(operand[0], operand[0] + 16 * 32, uint16_t(0x3f80));  // 1.0
+  std::fill(operand[1], operand[1] + 16 * 32, uint16_t(0x3380));  // 2^-24
+  alignas(64) float c[16 * 16];
+  asm volatile(
+      "ldtilecfg %[cfg]\n\t"
+      "tilezero %%tmm0\n\ttilezero %%tmm1\n\ttilezero %%tmm2\n\ttilezero %%tmm3\n\t"
+      "tileloadd (%[a],%[ld],1), %%tmm4\n\ttileloadd (%[a],%[ld],1), %%tmm5\n\t"
+      "tileloadd (%[b],%[ld],1), %%tmm6\n\ttileloadd (%[b],%[ld],1), %%tmm7"
+      :
+      : [cfg] "m"(config), [a] "r"(operand[0]), [b] "r"(operand[1]), [ld] "r"(int64_t(64))
+      : "memory");
+  for (int64_t it = 0; it < kTileIters; ++it)
+    asm volatile(
+        "tdpbf16ps %%tmm6, %%tmm4, %%tmm0\n\ttdpbf16ps %%tmm7, %%tmm4, %%tmm1\n\t"
+        "tdpbf16ps %%tmm6, %%tmm5, %%tmm2\n\ttdpbf16ps %%tmm7, %%tmm5, %%tmm3" ::);
+  double s = 0;
+  for (int t = 0; t < 4; ++t) {
+    switch (t) {  // tile numbers are part of the instruction
+      case 0:
+        asm volatile("tilestored %%tmm0, (%0,%1,1)" : : "r"(c), "r"(int64_t(64)) : "memory");
+        break;
+      case 1:
+        asm volatile("tilestored %%tmm1, (%0,%1,1)" : : "r"(c), "r"(int64_t(64)) : "memory");
+        break;
+      case 2:
+        asm volatile("tilestored %%tmm2, (%0,%1,1)" : : "r"(c), "r"(int64_t(64)) : "memory");
+        break;
+      default:
+        asm volatile("tilestored %%tmm3, (%0,%1,1)" : : "r"(c), "r"(int64_t(64)) : "memory");
+        break;
+    }
+    for (float x : c) s += double(x);
+  }
+  asm volatile("tilerelease" ::: "memory");
+  return s;
+}
 #endif
 GMMGEN_REGISTER_ONLY double fma_scalar() {
   float a[12];
@@ -210,6 +269,9 @@ double measure_path_peak_gflops(ProductPath path, const IsaFamily& f, int thread
       if (f.vec == 16 && host.vec == 16)
         return best_rate(int_dot_zmm, 8.0 * 16 * 12 * kIters, threads);
       return best_rate(int_dot_ymm, 4.0 * 8 * 8 * kIters, threads);
+    case ProductPath::kTiles:
+      if (!f.tiles || !host.tiles || !tiles_granted()) return 0;
+      return best_rate(amx_bf16_tiles, 2.0 * 16 * 16 * 32 * 4 * kTileIters, threads);
 #endif
     default:
       return 0;

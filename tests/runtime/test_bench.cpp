@@ -192,6 +192,19 @@ TEST(Bench, MeasuresThePeakOfEachPathARowUses) {
   EXPECT_EQ(again.bandwidth_gbs, 4);  // measured once
 }
 
+// AMX tiles get a measured peak where the host has them (tdpbf16ps does 16 x 16 x 32 products an
+// instruction: far above the f32 FMA peak), none elsewhere; a family without tiles has none.
+TEST(Bench, MeasuresTheTilePeakWhereTheHostHasTiles) {
+  const double tiles =
+      bench::measure_path_peak_gflops(ProductPath::kTiles, isa_family(Isa::kAmx), 1);
+  if (isa_family(host_isa()).tiles)
+    EXPECT_GT(tiles, 2 * bench::measure_peak_gflops(1));
+  else
+    EXPECT_EQ(tiles, 0);
+  EXPECT_EQ(bench::measure_path_peak_gflops(ProductPath::kTiles, isa_family(Isa::kAvx512Bf16), 1),
+            0);
+}
+
 // Returns at once and writes nothing: as fast as a kernel gets, and wrong.
 int run_nothing(const gmmgen_args*, void*, int64_t, int64_t) {
   return GMMGEN_OK;

@@ -115,7 +115,8 @@ struct Machine {
 double measure_peak_gflops(int threads);
 // The peak of one product path of family f (a register-only loop of that instruction, about a
 // second): f32 FMA of the family's width, vdpbf16ps, vpdpbusd (avx512bf16) or vpmaddwd + vpaddd
-// (avx2). 0 for AMX tiles (not measured) and for a path the host cannot run.
+// (avx2), AMX tdpbf16ps on four C tiles. 0 for a path the host cannot run (AMX: also where the OS
+// refuses the tile state).
 double measure_path_peak_gflops(ProductPath path, const IsaFamily& f, int threads);
 // The DRAM read bandwidth: `threads` threads summing a buffer far larger than the caches.
 double measure_read_bandwidth_gbs(int threads);
