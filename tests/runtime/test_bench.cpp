@@ -143,7 +143,7 @@ TEST(Bench, ProductPathFollowsTheFamilysInstructions) {
       {"op=gmm,lhs=bf16,rhs=bf16,out=f32,k=64,n=64,g=2,tm=32,tk=64,tn=64", Isa::kAvx512, "f32-fma"},
       {"op=gmm,lhs=bf16,rhs=bf16,out=f32,k=64,n=64,g=2,tm=32,tk=64,tn=64", Isa::kAvx2, "f32-fma"},
       {"op=gmm,lhs=bf16,rhs=bf16,out=f32,k=64,n=64,g=2,tm=32,tk=64,tn=64", Isa::kAmx, "amx-tiles"},
-      {"op=tgmm,lhs=bf16,rhs=bf16,out=f32,k=64,n=64,g=2,tm=32,tk=64,tn=64", Isa::kAmx, "bf16-dot"},
+      {"op=tgmm,lhs=bf16,rhs=bf16,out=f32,k=64,n=64,g=2,tm=32,tk=64,tn=64", Isa::kAmx, "amx-tiles"},
       {"op=gmm,lhs=bf16,rhs=i4,out=f32,rhs_quant=block:32,k=64,n=64,g=2,tm=32,tk=64,tn=64",
        Isa::kAmx, "amx-tiles"},
       {"op=gmm,lhs=i8,rhs=i8,out=f32,lhs_quant=channel,rhs_quant=channel,k=64,n=64,g=2,tm=32,tk=64,"

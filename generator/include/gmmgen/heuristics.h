@@ -60,10 +60,10 @@ const IsaFamily& isa_family(Isa isa);  // isa != native
 // attributes), -march=native for native (the compiler's flags choose the family).
 std::vector<std::string> isa_flags(Isa isa);
 
-// Whether a kernel of family f multiplies with AMX tiles: bf16 x bf16 gmm on a family with
-// tiles, whose tile scratch (the item's packed weights over all of K, and its lhs rows staged
-// where a tile is partial: tile_scratch_bytes) stays within kMaxTileScratchBytes; above that
-// it takes the base family's vector code.
+// Whether a kernel of family f multiplies with AMX tiles: bf16 x bf16 tgmm on a family with
+// tiles, and gmm whose tile scratch (the item's packed weights over all of K, and its lhs rows
+// staged where a tile is partial: tile_scratch_bytes) stays within kMaxTileScratchBytes; above
+// that gmm takes the base family's vector code.
 inline constexpr int64_t kMaxTileScratchBytes = int64_t{4} << 20;
 int64_t tile_scratch_bytes(const KernelSpec& s, const IsaFamily& f);
 bool tile_path(const KernelSpec& s, const IsaFamily& f);

@@ -20,7 +20,7 @@ constexpr std::string_view kAvx512Guard =
 // Zen 4 (explicit micro-kernels, K=1024 packed panels, one core): avx512 6x64 and 8x48 at
 // 99-100% of the FMA peak with g++ 12 and clang++ 14, 12x32 at 89%, 14x32 at 75%; avx2 6x16 at
 // 93% with both compilers, 4x24 at 69% (g++) / 90% (clang++). amx is avx512bf16 plus AMX tiles
-// (Sapphire Rapids and later) for bf16 x bf16 gmm; clang spells its macros __AMXTILE__ and
+// (Sapphire Rapids and later) for bf16 x bf16 gmm and tgmm; clang spells its macros __AMXTILE__ and
 // __AMXBF16__, GCC __AMX_TILE__ and __AMX_BF16__.
 constexpr std::string_view kAvx512Bf16Guard =
     "defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && "
@@ -102,8 +102,8 @@ int64_t tile_scratch_bytes(const KernelSpec& s, const IsaFamily& f) {
 }
 
 bool tile_path(const KernelSpec& s, const IsaFamily& f) {
-  return f.tiles && s.op == Op::kGmm && s.lhs == DType::kBF16 && s.rhs == DType::kBF16 &&
-         tile_scratch_bytes(s, f) <= kMaxTileScratchBytes;
+  if (!f.tiles || s.lhs != DType::kBF16 || s.rhs != DType::kBF16) return false;
+  return s.op == Op::kTgmm || tile_scratch_bytes(s, f) <= kMaxTileScratchBytes;
 }
 
 bool bf16_pairs(const KernelSpec& s, const IsaFamily& f) {
@@ -159,12 +159,14 @@ int64_t scratch_bytes(const KernelSpec& s, const IsaFamily& f) {
   if (s.op == Op::kTgmm) {
     // The output tile [rows][cols] (rows over k, or over n when out is transposed) as f32, and a
     // chunk of tm group rows of the A operand [tm][rows] and of the B operand [tm][cols] in f32,
-    // or packed into bf16 pairs of rows (tm made even, A's rows in whole runs of 32 columns).
-    const bool t = s.transpose_rhs;
+    // or packed into bf16 pairs of rows (tm made even, A's rows in whole runs of 32 columns; on
+    // tiles tm and the output's rows in whole 32s).
+    const bool t = s.transpose_rhs, tiles = tile_path(s, f);
     const int64_t rows = t ? tn : tk, cols = packed_cols(t ? tk : tn, f.nr);
     const bool pairs = bf16_pairs(s, f) || quant_pairs(s, f);
-    floats = rows * cols +
-             (pairs ? (tm + 1) / 2 * (packed_cols(rows, 32) + cols) : tm * rows + tm * cols);
+    const int64_t chunk = tiles ? (tm + 31) / 32 * 32 : (tm + 1) / 2 * 2;
+    floats = (tiles ? packed_cols(rows, 32) : rows) * cols +
+             (pairs ? chunk / 2 * (packed_cols(rows, 32) + cols) : tm * rows + tm * cols);
   } else {
     // The f32 accumulator [tm][tn'], the packed rhs block [tk'][tn'] (tk' even for bf16 pairs),
     // and mr lhs rows converted to f32 [mr][tk].
@@ -206,7 +208,7 @@ int64_t scratch_bytes(const KernelSpec& s, const IsaFamily& f) {
     }
   }
   const int64_t bytes = (floats * 4 + 63) / 64 * 64;
-  return tile_path(s, f) ? std::max(bytes, tile_scratch_bytes(s, f)) : bytes;
+  return s.op == Op::kGmm && tile_path(s, f) ? std::max(bytes, tile_scratch_bytes(s, f)) : bytes;
 }
 
 int64_t scratch_bytes(const KernelSpec& s) {
