@@ -269,10 +269,13 @@ TEST(Heuristic, FollowsRowsPerGroupAndStaysValid) {
   EXPECT_EQ((Tiling{64, 288, 384}), heuristic_tiling(t, 16));
   t.transpose_rhs = true;
   EXPECT_EQ((Tiling{64, 384, 288}), heuristic_tiling(t, 16));
-  // bf16 x bf16 on a family with vdpbf16ps (pairs of rows): C tiles of 192 x 192 either way; a
-  // family without it keeps the f32 rules.
+  // bf16 x bf16 on AMX tiles: C tiles of 384 x 384 either way; on a family with vdpbf16ps (pairs
+  // of rows) 192 x 192; a family without it keeps the f32 rules.
   t.lhs = t.rhs = DType::kBF16;
-  EXPECT_EQ((Tiling{256, 192, 192}), heuristic_tiling(t, 16));
+  EXPECT_EQ((Tiling{256, 384, 384}), heuristic_tiling(t, 16));
+  t.transpose_rhs = false;
+  EXPECT_EQ((Tiling{256, 384, 384}), heuristic_tiling(t, 16));
+  t.transpose_rhs = true;
   t.isa = Isa::kAvx512Bf16;
   EXPECT_EQ((Tiling{256, 192, 192}), heuristic_tiling(t, 16));
   t.transpose_rhs = false;

@@ -102,6 +102,7 @@ std::span<const TilingRule> cpu_tiling_rules() {
     TilingRule{"tgmm-amx-f32",             Op::kTgmm,  kAmx,             kF32xF32,         kNK,         kAnyRows,  kWide,      set(64),   set(384),   set(288)},
     TilingRule{"tgmm-avx512-nk",           Op::kTgmm,  avx512s,          kAnyOperands,     kNK,         kAnyRows,  kWide,      keep,      set(512),   set(96)},
     TilingRule{"tgmm-pairs",               Op::kTgmm,  kAnyFamily,       kPairs,           kAnyLayout,  kAnyRows,  kWide,      keep,      set(192),   set(192)},
+    TilingRule{"tgmm-amx-bf16",            Op::kTgmm,  kAmx,             kBf16xBf16,       kAnyLayout,  kAnyRows,  kWide,      keep,      set(384),   set(384)},
     TilingRule{"tgmm-narrow",              Op::kTgmm,  kAnyFamily,       kAnyOperands,     kAnyLayout,  kAnyRows,  kNarrow,    keep,      set(256),   keep},
     TilingRule{"gmm-rows",                 Op::kGmm,   kAnyFamily,       kAnyOperands,     kAnyLayout,  kAnyRows,  kAnyWidth,  set(512),  keep,       keep},
     TilingRule{"gmm-amx-f32-large",        Op::kGmm,   kAmx,             kF32Lhs,          kAnyLayout,  kLarge,    kAnyWidth,  keep,      set(1024),  set(128)},
