@@ -157,6 +157,19 @@ TEST(Bench, ProductPathFollowsTheFamilysInstructions) {
        Isa::kAvx512, "f32-fma"},
       {"op=gmm,lhs=bf16,rhs=i8,out=f32,rhs_quant=channel,k=64,n=64,g=2,tm=32,tk=64,tn=64",
        Isa::kAvx512Bf16, "bf16-dot"},
+      // amx pairs codes only on its tiles (its vdpbf16ps is slower than its FMA): fp8 activations,
+      // a tgmm, and a tiling not in whole 32-deep steps widen to f32.
+      {"op=gmm,lhs=f8e4m3,rhs=f8e4m3,out=f32,lhs_quant=block:128,rhs_quant=block:128,k=128,n=64,g="
+       "2,tm=32,tk=128,tn=64",
+       Isa::kAvx512Bf16, "bf16-dot"},
+      {"op=gmm,lhs=f8e4m3,rhs=f8e4m3,out=f32,lhs_quant=block:128,rhs_quant=block:128,k=128,n=64,g="
+       "2,tm=32,tk=128,tn=64",
+       Isa::kAmx, "f32-fma"},
+      {"op=tgmm,lhs=f8e4m3,rhs=f8e5m2,out=f32,lhs_quant=block:128,rhs_quant=block:128,k=64,n=64,g="
+       "2,tm=128,tk=64,tn=64",
+       Isa::kAmx, "f32-fma"},
+      {"op=gmm,lhs=bf16,rhs=i4,out=f32,rhs_quant=block:32,k=64,n=64,g=2,tm=40,tk=64,tn=64",
+       Isa::kAmx, "f32-fma"},
       {"op=gmm,lhs=f32,rhs=f32,out=f32,k=64,n=64,g=2,tm=32,tk=64,tn=64", Isa::kGeneric, "f32-fma"},
   };
   for (const auto& t : cases) {

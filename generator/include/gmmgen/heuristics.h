@@ -77,11 +77,13 @@ bool bf16_pairs(const KernelSpec& s, const IsaFamily& f);
 // on both sides of a gmm, summed in i32 by the family's integer dot product (k-blocks start on a
 // quad of k). quant_pairs: otherwise, where every operand value is a bf16 value
 // (codes::bf16_exact), codes decode to bf16 and the pair dot product sums them, as bf16 x bf16
-// does: gmm pairs consecutive k (k-blocks start on a pair), tgmm consecutive group rows.
+// does: gmm pairs consecutive k (k-blocks start on a pair), tgmm consecutive group rows; on a
+// family with tiles only for the tiles (quant_tile_path), its pair dot product being slower than
+// its f32 FMA there.
 bool quant_int_dot(const KernelSpec& s, const IsaFamily& f);
 bool quant_pairs(const KernelSpec& s, const IsaFamily& f);
 // Whether a quantized gmm of family f with bf16 activations multiplies on AMX tiles: codes that
-// decode to bf16 (quant_pairs), and TM, TK and the scale blocks in whole 32-deep tile steps
+// decode to bf16, and TM, TK and the scale blocks in whole 32-deep tile steps
 // (templates/cpp/quant/gmm_item.inc, run_tile_item).
 bool quant_tile_path(const KernelSpec& s, const IsaFamily& f);
 

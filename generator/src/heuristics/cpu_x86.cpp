@@ -116,17 +116,28 @@ bool quant_int_dot(const KernelSpec& s, const IsaFamily& f) {
          (tk % 4 == 0 || tk >= s.k);
 }
 
-bool quant_pairs(const KernelSpec& s, const IsaFamily& f) {
+namespace {
+// Whether codes can be summed in bf16 pairs on family f: every operand value a bf16 value, and
+// gmm's k-blocks starting on a pair.
+bool pairs_fit(const KernelSpec& s, const IsaFamily& f) {
   if (!f.bf16_dot || !(codes::is_quantized(s.lhs) || codes::is_quantized(s.rhs))) return false;
   if (!codes::bf16_exact(s.lhs) || !codes::bf16_exact(s.rhs)) return false;
   if (s.op == Op::kTgmm) return true;
   const int64_t tk = run_tiling(s).tk;
   return !quant_int_dot(s, f) && (tk % 2 == 0 || tk >= s.k);
 }
+}  // namespace
+
+// On AMX Xeons vdpbf16ps sums at half the f32 FMA rate (bench's path peaks on one, 2 threads:
+// 214 vs 427 GFLOP/s), so the amx family pairs codes only on its tiles, and elsewhere widens
+// them to f32 as avx512 does (S1 f8e4m3 x f8e4m3 block:128: 268 vs 178 GFLOP/s).
+bool quant_pairs(const KernelSpec& s, const IsaFamily& f) {
+  return pairs_fit(s, f) && (!f.tiles || quant_tile_path(s, f));
+}
 
 bool quant_tile_path(const KernelSpec& s, const IsaFamily& f) {
   const Tiling run = run_tiling(s);
-  return f.tiles && quant_pairs(s, f) && s.op == Op::kGmm && s.lhs == DType::kBF16 &&
+  return f.tiles && pairs_fit(s, f) && s.op == Op::kGmm && s.lhs == DType::kBF16 &&
          run.tm % 32 == 0 && run.tk % 32 == 0 &&
          (s.rhs_quant.kind != QuantKind::kBlock || s.rhs_quant.block_k % 32 == 0);
 }
