@@ -149,7 +149,6 @@ GMMGEN_REGISTER_ONLY double amx_bf16_tiles() {
   alignas(64) uint16_t operand[2][16 * 32];
   std::fill(operand[0], operand[0] + 16 * 32, uint16_t(0x3f80));  // 1.0
   std::fill(operand[1], operand[1] + 16 * 32, uint16_t(0x3380));  // 2^-24
-  alignas(64) float c[16 * 16];
   asm volatile(
       "ldtilecfg %[cfg]\n\t"
       "tilezero %%tmm0\n\ttilezero %%tmm1\n\ttilezero %%tmm2\n\ttilezero %%tmm3\n\t"
@@ -162,25 +161,17 @@ GMMGEN_REGISTER_ONLY double amx_bf16_tiles() {
     asm volatile(
         "tdpbf16ps %%tmm6, %%tmm4, %%tmm0\n\ttdpbf16ps %%tmm7, %%tmm4, %%tmm1\n\t"
         "tdpbf16ps %%tmm6, %%tmm5, %%tmm2\n\ttdpbf16ps %%tmm7, %%tmm5, %%tmm3" ::);
-  double s = 0;
-  for (int t = 0; t < 4; ++t) {
-    switch (t) {  // tile numbers are part of the instruction
-      case 0:
-        asm volatile("tilestored %%tmm0, (%0,%1,1)" : : "r"(c), "r"(int64_t(64)) : "memory");
-        break;
-      case 1:
-        asm volatile("tilestored %%tmm1, (%0,%1,1)" : : "r"(c), "r"(int64_t(64)) : "memory");
-        break;
-      case 2:
-        asm volatile("tilestored %%tmm2, (%0,%1,1)" : : "r"(c), "r"(int64_t(64)) : "memory");
-        break;
-      default:
-        asm volatile("tilestored %%tmm3, (%0,%1,1)" : : "r"(c), "r"(int64_t(64)) : "memory");
-        break;
-    }
-    for (float x : c) s += double(x);
-  }
+  alignas(64) float c[4][16 * 16];  // the C tiles, 64-byte rows, for the result
+  asm volatile(
+      "tilestored %%tmm0, (%0,%1,1)\n\ttilestored %%tmm1, 1024(%0,%1,1)\n\t"
+      "tilestored %%tmm2, 2048(%0,%1,1)\n\ttilestored %%tmm3, 3072(%0,%1,1)"
+      :
+      : "r"(c), "r"(int64_t(64))
+      : "memory");
   asm volatile("tilerelease" ::: "memory");
+  double s = 0;
+  for (const auto& t : c)
+    for (float x : t) s += double(x);
   return s;
 }
 #endif
