@@ -130,17 +130,20 @@ GMMGEN_REGISTER_ONLY __attribute__((target("avx2"))) double int_dot_ymm() {
 
 // AMX tdpbf16ps on four independent 16 x 16 f32 C tiles (tmm0-3) from two A tiles (tmm4-5, 16
 // rows x 32 bf16) and two B tiles (tmm6-7, 16 pair rows x 16 columns), as the kernels' 32 x 32
-// block does: 16 x 16 x 32 products, 16384 flops an instruction. The tile state is granted per
-// process (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) and configured per thread, so each
-// call configures its own and releases it. The operands are loaded once from ones and small
-// values (not zero tiles, which a machine could skip). Raw instructions: no compiler flags.
+// block does: 16 x 16 x 32 products, 16384 flops an instruction; or (S8) tdpbssd on the same
+// tiles read as s8 (16 rows x 64, 16 quad rows x 16 columns into i32): 16 x 16 x 64 products. The
+// tile state is granted per process (arch_prctl ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA) and
+// configured per thread, so each call configures its own and releases it. The operands are
+// loaded once from ones and small values (not zero tiles, which a machine could skip). Raw
+// instructions: no compiler flags.
 constexpr int64_t kTileIters = kIters / 16;
 bool tiles_granted() {
   static const bool granted =
       syscall(SYS_arch_prctl, 0x1023 /* ARCH_REQ_XCOMP_PERM */, 18 /* XFEATURE_XTILEDATA */) == 0;
   return granted;
 }
-GMMGEN_REGISTER_ONLY double amx_bf16_tiles() {
+template <bool S8>
+GMMGEN_REGISTER_ONLY double amx_tiles() {
   struct alignas(64) {
     uint8_t palette = 1, start_row = 0, reserved[14] = {};
     uint16_t colsb[16] = {64, 64, 64, 64, 64, 64, 64, 64};
@@ -158,10 +161,15 @@ GMMGEN_REGISTER_ONLY double amx_bf16_tiles() {
       : [cfg] "m"(config), [a] "r"(operand[0]), [b] "r"(operand[1]), [ld] "r"(int64_t(64))
       : "memory");
   for (int64_t it = 0; it < kTileIters; ++it)
-    asm volatile(
-        "tdpbf16ps %%tmm6, %%tmm4, %%tmm0\n\ttdpbf16ps %%tmm7, %%tmm4, %%tmm1\n\t"
-        "tdpbf16ps %%tmm6, %%tmm5, %%tmm2\n\ttdpbf16ps %%tmm7, %%tmm5, %%tmm3" ::);
-  alignas(64) float c[4][16 * 16];  // the C tiles, 64-byte rows, for the result
+    if constexpr (S8)
+      asm volatile(
+          "tdpbssd %%tmm6, %%tmm4, %%tmm0\n\ttdpbssd %%tmm7, %%tmm4, %%tmm1\n\t"
+          "tdpbssd %%tmm6, %%tmm5, %%tmm2\n\ttdpbssd %%tmm7, %%tmm5, %%tmm3" ::);
+    else
+      asm volatile(
+          "tdpbf16ps %%tmm6, %%tmm4, %%tmm0\n\ttdpbf16ps %%tmm7, %%tmm4, %%tmm1\n\t"
+          "tdpbf16ps %%tmm6, %%tmm5, %%tmm2\n\ttdpbf16ps %%tmm7, %%tmm5, %%tmm3" ::);
+  alignas(64) float c[4][16 * 16];  // the C tiles, 64-byte rows, for the result (i32 bits for S8)
   asm volatile(
       "tilestored %%tmm0, (%0,%1,1)\n\ttilestored %%tmm1, 1024(%0,%1,1)\n\t"
       "tilestored %%tmm2, 2048(%0,%1,1)\n\ttilestored %%tmm3, 3072(%0,%1,1)"
@@ -262,7 +270,10 @@ double measure_path_peak_gflops(ProductPath path, const IsaFamily& f, int thread
       return best_rate(int_dot_ymm, 4.0 * 8 * 8 * kIters, threads);
     case ProductPath::kTiles:
       if (!f.tiles || !host.tiles || !tiles_granted()) return 0;
-      return best_rate(amx_bf16_tiles, 2.0 * 16 * 16 * 32 * 4 * kTileIters, threads);
+      return best_rate(amx_tiles<false>, 2.0 * 16 * 16 * 32 * 4 * kTileIters, threads);
+    case ProductPath::kIntTiles:
+      if (!f.tiles || !host.tiles || !tiles_granted()) return 0;
+      return best_rate(amx_tiles<true>, 2.0 * 16 * 16 * 64 * 4 * kTileIters, threads);
 #endif
     default:
       return 0;

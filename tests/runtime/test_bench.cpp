@@ -152,6 +152,17 @@ TEST(Bench, ProductPathFollowsTheFamilysInstructions) {
       {"op=gmm,lhs=i8,rhs=i4,out=f32,lhs_quant=block:32,rhs_quant=block:32,k=64,n=64,g=2,tm=32,tk="
        "64,tn=64",
        Isa::kAvx2, "int-dot"},
+      {"op=gmm,lhs=i8,rhs=i4,out=f32,lhs_quant=block:32,rhs_quant=block:32,k=64,n=64,g=2,tm=32,tk="
+       "64,tn=64",
+       Isa::kAmx, "amx-int-tiles"},
+      // Row tiles or scale blocks not in whole 32-deep steps: the integer dot product.
+      {"op=gmm,lhs=i8,rhs=i8,out=f32,lhs_quant=block:16,rhs_quant=channel,k=64,n=64,g=2,tm=32,tk="
+       "64,"
+       "tn=64",
+       Isa::kAmx, "int-dot"},
+      {"op=gmm,lhs=i8,rhs=i8,out=f32,lhs_quant=channel,rhs_quant=channel,k=64,n=64,g=2,tm=40,tk=64,"
+       "tn=64",
+       Isa::kAmx, "int-dot"},
       {"op=gmm,lhs=i8,rhs=i8,out=f32,lhs_quant=channel,rhs_quant=channel,k=64,n=64,g=2,tm=32,tk=64,"
        "tn=64",
        Isa::kAvx512, "f32-fma"},
@@ -206,16 +217,22 @@ TEST(Bench, MeasuresThePeakOfEachPathARowUses) {
 }
 
 // AMX tiles get a measured peak where the host has them (tdpbf16ps does 16 x 16 x 32 products an
-// instruction: far above the f32 FMA peak), none elsewhere; a family without tiles has none.
+// instruction: far above the f32 FMA peak; tdpbssd 16 x 16 x 64, above tdpbf16ps), none
+// elsewhere; a family without tiles has none.
 TEST(Bench, MeasuresTheTilePeakWhereTheHostHasTiles) {
   const double tiles =
       bench::measure_path_peak_gflops(ProductPath::kTiles, isa_family(Isa::kAmx), 1);
-  if (isa_family(host_isa()).tiles)
+  const double int_tiles =
+      bench::measure_path_peak_gflops(ProductPath::kIntTiles, isa_family(Isa::kAmx), 1);
+  if (isa_family(host_isa()).tiles) {
     EXPECT_GT(tiles, 2 * bench::measure_peak_gflops(1));
-  else
+    EXPECT_GT(int_tiles, 1.2 * tiles);
+  } else {
     EXPECT_EQ(tiles, 0);
-  EXPECT_EQ(bench::measure_path_peak_gflops(ProductPath::kTiles, isa_family(Isa::kAvx512Bf16), 1),
-            0);
+    EXPECT_EQ(int_tiles, 0);
+  }
+  for (const ProductPath p : {ProductPath::kTiles, ProductPath::kIntTiles})
+    EXPECT_EQ(bench::measure_path_peak_gflops(p, isa_family(Isa::kAvx512Bf16), 1), 0);
 }
 
 // Returns at once and writes nothing: as fast as a kernel gets, and wrong.

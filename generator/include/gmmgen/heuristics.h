@@ -82,18 +82,20 @@ bool bf16_pairs(const KernelSpec& s, const IsaFamily& f);
 // its f32 FMA there.
 bool quant_int_dot(const KernelSpec& s, const IsaFamily& f);
 bool quant_pairs(const KernelSpec& s, const IsaFamily& f);
-// Whether a quantized gmm of family f with bf16 activations multiplies on AMX tiles: codes that
-// decode to bf16, and TM, TK and the scale blocks in whole 32-deep tile steps
-// (templates/cpp/quant/gmm_item.inc, run_tile_item).
+// Whether a quantized gmm of family f multiplies on AMX tiles: bf16 activations by codes that
+// decode to bf16, or i8 activations by integer codes (the integer dot product's operands); TM,
+// TK and the scale blocks in whole 32-deep tile steps (templates/cpp/quant/gmm_item.inc,
+// run_tile_item).
 bool quant_tile_path(const KernelSpec& s, const IsaFamily& f);
 
 // The instruction that does a kernel's products on family f: f32 FMA (f32, f16 and fp8 operands
 // converted to f32, and bf16 where the family has no pair dot product), the bf16 pair dot product
 // (vdpbf16ps), the integer dot product (vpdpbusd on avx512bf16, vpmaddwd on avx2) or AMX tiles
-// (tdpbf16ps). Its peak bounds the kernel's speed (gmm-gen bench).
-enum class ProductPath { kF32Fma, kBf16Dot, kIntDot, kTiles };
+// (tdpbf16ps, or tdpbssd for integer operands). Its peak bounds the kernel's speed (gmm-gen bench).
+enum class ProductPath { kF32Fma, kBf16Dot, kIntDot, kTiles, kIntTiles };
 ProductPath product_path(const KernelSpec& s, const IsaFamily& f);
-std::string_view to_string(ProductPath p);  // "f32-fma", "bf16-dot", "int-dot", "amx-tiles"
+// "f32-fma", "bf16-dot", "int-dot", "amx-tiles", "amx-int-tiles"
+std::string_view to_string(ProductPath p);
 
 // gmm items whose rows fill at most this many register tiles (small groups: the weights stream
 // from memory) spread the prefetch of the weights their panels need next over all their tiles

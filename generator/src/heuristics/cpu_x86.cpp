@@ -20,19 +20,22 @@ constexpr std::string_view kAvx512Guard =
 // Zen 4 (explicit micro-kernels, K=1024 packed panels, one core): avx512 6x64 and 8x48 at
 // 99-100% of the FMA peak with g++ 12 and clang++ 14, 12x32 at 89%, 14x32 at 75%; avx2 6x16 at
 // 93% with both compilers, 4x24 at 69% (g++) / 90% (clang++). amx is avx512bf16 plus AMX tiles
-// (Sapphire Rapids and later) for bf16 x bf16 gmm and tgmm; clang spells its macros __AMXTILE__ and
-// __AMXBF16__, GCC __AMX_TILE__ and __AMX_BF16__.
+// (Sapphire Rapids and later: tile, bf16 and int8 together) for bf16 x bf16 gmm and tgmm and for
+// gmm of bf16 or i8 activations by quantized weights; clang spells its macros __AMXTILE__,
+// __AMXBF16__ and __AMXINT8__, GCC __AMX_TILE__, __AMX_BF16__ and __AMX_INT8__.
 constexpr std::string_view kAvx512Bf16Guard =
     "defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && "
     "defined(__AVX512VL__) && defined(__AVX512BF16__) && defined(__AVX512VNNI__) && "
     "defined(__FMA__) && defined(__F16C__)";
 const std::array<IsaFamily, 5> kFamilies{{
     {Isa::kAmx, "amx",
-     "avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx512vnni,avx2,fma,f16c,amx-tile,amx-bf16",
+     "avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx512vnni,avx2,fma,f16c,amx-tile,amx-bf16,"
+     "amx-int8",
      "defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && "
      "defined(__AVX512VL__) && defined(__AVX512BF16__) && defined(__AVX512VNNI__) && "
      "defined(__FMA__) && defined(__F16C__) && (defined(__AMX_TILE__) || defined(__AMXTILE__)) && "
-     "(defined(__AMX_BF16__) || defined(__AMXBF16__))",
+     "(defined(__AMX_BF16__) || defined(__AMXBF16__)) && "
+     "(defined(__AMX_INT8__) || defined(__AMXINT8__))",
      "cpp/ukernel/amx.inc", 16, 6, 64, true, true, false, true, "cpp/quant/decode_avx512.inc"},
     {Isa::kAvx512Bf16, "avx512bf16",
      "avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx512vnni,avx2,fma,f16c", kAvx512Bf16Guard,
@@ -135,14 +138,22 @@ bool quant_pairs(const KernelSpec& s, const IsaFamily& f) {
   return pairs_fit(s, f) && (!f.tiles || quant_tile_path(s, f));
 }
 
+// gmm on tiles: bf16 activations by weights decoded to bf16 pairs (tdpbf16ps), or i8 activations
+// by integer weights decoded to s8 quads (tdpbssd); row tiles, k-blocks and scale blocks in
+// whole 32-deep steps.
 bool quant_tile_path(const KernelSpec& s, const IsaFamily& f) {
   const Tiling run = run_tiling(s);
-  return f.tiles && pairs_fit(s, f) && s.op == Op::kGmm && s.lhs == DType::kBF16 &&
-         run.tm % 32 == 0 && run.tk % 32 == 0 &&
-         (s.rhs_quant.kind != QuantKind::kBlock || s.rhs_quant.block_k % 32 == 0);
+  const auto steps = [](const Quant& q) {
+    return q.kind != QuantKind::kBlock || q.block_k % 32 == 0;
+  };
+  if (!f.tiles || s.op != Op::kGmm || run.tm % 32 != 0 || run.tk % 32 != 0 || !steps(s.rhs_quant))
+    return false;
+  if (quant_int_dot(s, f)) return s.lhs == DType::kI8 && steps(s.lhs_quant);
+  return pairs_fit(s, f) && s.lhs == DType::kBF16;
 }
 
 ProductPath product_path(const KernelSpec& s, const IsaFamily& f) {
+  if (quant_tile_path(s, f) && quant_int_dot(s, f)) return ProductPath::kIntTiles;
   if (tile_path(s, f) || quant_tile_path(s, f)) return ProductPath::kTiles;
   if (quant_int_dot(s, f)) return ProductPath::kIntDot;
   if (bf16_pairs(s, f) || quant_pairs(s, f)) return ProductPath::kBf16Dot;
@@ -157,6 +168,8 @@ std::string_view to_string(ProductPath p) {
       return "int-dot";
     case ProductPath::kTiles:
       return "amx-tiles";
+    case ProductPath::kIntTiles:
+      return "amx-int-tiles";
     case ProductPath::kF32Fma:
       break;
   }

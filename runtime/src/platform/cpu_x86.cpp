@@ -49,10 +49,10 @@ CpuFeatures detect() {
              vl = b & (1u << 31);
   f.avx512 = zmm_state && avx512f && dq && bw && vl;
   f.vnni = f.avx512 && (c & (1u << 11));
-  const bool amx_tile = d & (1u << 24), amx_bf16 = d & (1u << 22);
+  const bool amx_tile = d & (1u << 24), amx_bf16 = d & (1u << 22), amx_int8 = d & (1u << 25);
   const bool tile_state = (xcr0_lo & 0x60000u) == 0x60000u;  // XTILECFG and XTILEDATA
   if (f.avx512 && __get_cpuid_count(7, 1, &a, &b, &c, &d)) f.bf16 = a & (1u << 5);
-  f.amx = f.bf16 && f.vnni && amx_tile && amx_bf16 && tile_state && amx_permitted();
+  f.amx = f.bf16 && f.vnni && amx_tile && amx_bf16 && amx_int8 && tile_state && amx_permitted();
 #endif
   return f;
 }
