@@ -100,6 +100,18 @@ TEST(TilingRules, HeuristicNamesTheRulesItApplied) {
   EXPECT_EQ((Tiling{512, 256, 128}), heuristic_tiling(s, 512, Isa::kNative, &applied));
   EXPECT_EQ((std::vector<std::string_view>{"gmm-rows", "gmm-int-large"}), applied);
   s.transpose_rhs = false;
+  s.isa = Isa::kAmx;  // AMX tiles (tdpbssd): wider items, k-blocks kept at 128
+  applied.clear();
+  EXPECT_EQ((Tiling{512, 128, 128}), heuristic_tiling(s, 512, Isa::kNative, &applied));
+  EXPECT_EQ((std::vector<std::string_view>{"gmm-rows", "gmm-amx-int-large"}), applied);
+  applied.clear();  // small groups keep the small-group rule's columns
+  EXPECT_EQ((Tiling{512, 128, 256}), heuristic_tiling(s, 16, Isa::kNative, &applied));
+  EXPECT_EQ((std::vector<std::string_view>{"gmm-rows", "gmm-small"}), applied);
+  s.transpose_rhs = true;  // [N, K] weights: not measured faster
+  applied.clear();
+  EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s, 512, Isa::kNative, &applied));
+  EXPECT_EQ((std::vector<std::string_view>{"gmm-rows"}), applied);
+  s.transpose_rhs = false;
   s.isa = Isa::kAvx512;  // no integer dot product: codes are decoded to f32
   applied.clear();
   EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s, 512, Isa::kNative, &applied));
