@@ -112,6 +112,12 @@ TEST(TilingRules, HeuristicNamesTheRulesItApplied) {
   EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s, 512, Isa::kNative, &applied));
   EXPECT_EQ((std::vector<std::string_view>{"gmm-rows"}), applied);
   s.transpose_rhs = false;
+  s.lhs_quant = s.rhs_quant = Quant{QuantKind::kChannel};  // P over all K: deeper k-blocks
+  applied.clear();
+  EXPECT_EQ((Tiling{512, 1024, 128}), heuristic_tiling(s, 512, Isa::kNative, &applied));
+  EXPECT_EQ((std::vector<std::string_view>{"gmm-rows", "gmm-amx-int-large", "gmm-amx-int-whole-k"}),
+            applied);
+  s.lhs_quant = s.rhs_quant = Quant{QuantKind::kBlock, 32};
   s.isa = Isa::kAvx512;  // no integer dot product: codes are decoded to f32
   applied.clear();
   EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s, 512, Isa::kNative, &applied));

@@ -171,6 +171,7 @@ enum class RuleOperands {
   kPairs,           // multiplied in bf16 pairs: bf16_pairs() or quant_pairs()
   kBf16xQuantized,  // bf16 lhs, quantized rhs
   kIntDot,          // integer codes on both sides, summed by the family's integer dot product
+  kIntDotWholeK,    // kIntDot with tensor or channel scales on both sides (P summed over all K)
 };
 enum class RuleLayout { kAnyLayout, kKN, kNK };  // rhs (gmm) or out (tgmm) stored [K, N] or [N, K]
 enum class RuleRows { kAnyRows, kSmall, kLarge };    // kLarge: not small (or not known)

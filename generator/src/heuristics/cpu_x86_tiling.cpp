@@ -32,6 +32,9 @@ bool rule_operands_hold(RuleOperands o, const KernelSpec& s, const IsaFamily& f)
       return s.lhs == DType::kBF16 && codes::is_quantized(s.rhs);
     case kIntDot:
       return quant_int_dot(s, f);
+    case kIntDotWholeK:
+      return quant_int_dot(s, f) && s.lhs_quant.kind != QuantKind::kBlock &&
+             s.rhs_quant.kind != QuantKind::kBlock;
   }
   return false;
 }
@@ -110,6 +113,7 @@ std::span<const TilingRule> cpu_tiling_rules() {
     TilingRule{"gmm-amx-bf16-large",       Op::kGmm,   kAmx,             kBf16xBf16,       kKN,         kLarge,    kAnyWidth,  keep,      keep,       fit(1 << 20)},
     TilingRule{"gmm-int-large",            Op::kGmm,   int_dots,         kIntDot,          kAnyLayout,  kLarge,    kAnyWidth,  keep,      set(256),   set(128)},
     TilingRule{"gmm-amx-int-large",        Op::kGmm,   kAmx,             kIntDot,          kKN,         kLarge,    kAnyWidth,  keep,      keep,       set(128)},
+    TilingRule{"gmm-amx-int-whole-k",      Op::kGmm,   kAmx,             kIntDotWholeK,    kKN,         kLarge,    kAnyWidth,  keep,      set(1024),  keep},
     TilingRule{"gmm-small",                Op::kGmm,   kAnyFamily,       kAnyOperands,     kAnyLayout,  kSmall,    kAnyWidth,  keep,      keep,       set(256)},
     TilingRule{"gmm-avx2-small",           Op::kGmm,   kAvx2,            kAnyOperands,     kAnyLayout,  kSmall,    kAnyWidth,  keep,      set(256),   keep},
     TilingRule{"gmm-avx2-f32-kn-small",    Op::kGmm,   kAvx2,            kF32Rhs,          kKN,         kSmall,    kAnyWidth,  keep,      set(64),    keep},
