@@ -14,12 +14,12 @@
 #include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_cb2e3268.h"
 #include "tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_605b3653.h"
 #include "tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_f013b2b7.h"
-#include "gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_c4db130b.h"
-#include "tgmm_f8e4m3xf8e5m2_f32_k512_n768_g8_t256x96x128_qlblock128_qrblock128_18a13fad.h"
-#include "gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_04c85a8f.h"
-#include "gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_79dd8a72.h"
-#include "gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_466f7faa.h"
-#include "gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_f2c990f0.h"
+#include "gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_a4799c98.h"
+#include "tgmm_f8e4m3xf8e5m2_f32_k512_n768_g8_t256x96x128_qlblock128_qrblock128_81ead2a6.h"
+#include "gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_d9d2c279.h"
+#include "gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_702d1282.h"
+#include "gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_f6aad953.h"
+#include "gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_73a315b1.h"
 
 #ifdef __cplusplus
 extern "C" {
