@@ -43,6 +43,11 @@ struct IsaFamily {
   // The amx family (Sapphire Rapids and later) copies: S1 218 in place vs 270 copied, S3 193 vs
   // 206, with its tgmm tiling (heuristic_tiling) on an AMX Xeon.
   bool tgmm_in_place;
+  // tgmm prefetches the chunk of group rows it reads next into L2 while the current one computes
+  // (see templates/cpp/tgmm.cpp: Zen 5 S1 f32 0.85-0.88x -> 0.93-0.98x oneDNN). The amx family
+  // does not: on an AMX Xeon the micro-kernel stalled on those prefetches (14% of its samples),
+  // and S1-S4 tgmm f32 took 0.94-0.96x the time without them.
+  bool tgmm_prefetch;
   // bf16 x bf16 gmm multiplies 16 x 32 by 32 x 16 tiles (AMX tdpbf16ps) where the OS grants
   // the tile state (templates/cpp/ukernel/amx.inc); everything else is its base family's code.
   bool tiles;
