@@ -6,20 +6,20 @@
 #define GMMGEN_BUNDLE_default_kernels_H_
 
 #include "gmmgen/kernel_abi.h"
-#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_2f56dccd.h"
-#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_19acaf2e.h"
-#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_fd204803.h"
-#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_44069939.h"
-#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_c92fe46c.h"
-#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_cb2e3268.h"
+#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_30cd3489.h"
+#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_49601b82.h"
+#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_af843867.h"
+#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_33f08dc5.h"
+#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_1ae962b8.h"
+#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_5aec1e13.h"
 #include "tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_85ee43b0.h"
 #include "tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_af140f14.h"
-#include "gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_a4799c98.h"
+#include "gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_92be621e.h"
 #include "tgmm_f8e4m3xf8e5m2_f32_k512_n768_g8_t256x96x128_qlblock128_qrblock128_2a95e7f3.h"
-#include "gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_d9d2c279.h"
-#include "gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_702d1282.h"
-#include "gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_f6aad953.h"
-#include "gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_73a315b1.h"
+#include "gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_2d11bca4.h"
+#include "gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_bf9b771a.h"
+#include "gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_6ad4dc5e.h"
+#include "gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_50d88e97.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -48,6 +48,11 @@ struct IsaFamily {
   // does not: on an AMX Xeon the micro-kernel stalled on those prefetches (14% of its samples),
   // and S1-S4 tgmm f32 took 0.94-0.96x the time without them.
   bool tgmm_prefetch;
+  // gmm items of more register tiles than this (large groups) prefetch no weights ahead
+  // (panel_prefetch in templates/cpp/gmm.cpp); 0: every item does. On an AMX Xeon those
+  // prefetches cost S1 f32 5-6% (S2 1-2%); 16 tiles keeps them for S3's groups of up to 29 rows,
+  // which lose 7% without them.
+  int64_t gmm_prefetch_max_tiles;
   // bf16 x bf16 gmm multiplies 16 x 32 by 32 x 16 tiles (AMX tdpbf16ps) where the OS grants
   // the tile state (templates/cpp/ukernel/amx.inc); everything else is its base family's code.
   bool tiles;

@@ -36,20 +36,20 @@ const std::array<IsaFamily, 5> kFamilies{{
      "defined(__FMA__) && defined(__F16C__) && (defined(__AMX_TILE__) || defined(__AMXTILE__)) && "
      "(defined(__AMX_BF16__) || defined(__AMXBF16__)) && "
      "(defined(__AMX_INT8__) || defined(__AMXINT8__))",
-     "cpp/ukernel/amx.inc", 16, 6, 64, true, true, false, false, true,
+     "cpp/ukernel/amx.inc", 16, 6, 64, true, true, false, false, 16, true,
      "cpp/quant/decode_avx512.inc"},
     {Isa::kAvx512Bf16, "avx512bf16",
      "avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx512vnni,avx2,fma,f16c", kAvx512Bf16Guard,
-     "cpp/ukernel/avx512bf16.inc", 16, 6, 64, true, true, true, true, false,
+     "cpp/ukernel/avx512bf16.inc", 16, 6, 64, true, true, true, true, 0, false,
      "cpp/quant/decode_avx512.inc"},
     {Isa::kAvx512, "avx512", "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c", kAvx512Guard,
-     "cpp/ukernel/avx512.inc", 16, 6, 64, false, false, true, true, false,
+     "cpp/ukernel/avx512.inc", 16, 6, 64, false, false, true, true, 0, false,
      "cpp/quant/decode_avx512.inc"},
     {Isa::kAvx2, "avx2", "avx2,fma,f16c",
      "defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)", "cpp/ukernel/avx2.inc", 8, 6, 16,
-     false, true, false, true, false, "cpp/quant/decode_avx2.inc"},
+     false, true, false, true, 0, false, "cpp/quant/decode_avx2.inc"},
     {Isa::kGeneric, "generic", "", "1", "cpp/ukernel/generic.inc", 1, 4, 16, false, false, false,
-     true, false, "cpp/quant/decode_generic.inc"},
+     true, 0, false, "cpp/quant/decode_generic.inc"},
 }};
 
 }  // namespace
