@@ -46,12 +46,12 @@ struct IsaFamily {
   // tgmm prefetches the chunk of group rows it reads next into L2 while the current one computes
   // (see templates/cpp/tgmm.cpp: Zen 5 S1 f32 0.85-0.88x -> 0.93-0.98x oneDNN). The amx family
   // does not: on an AMX Xeon the micro-kernel stalled on those prefetches (14% of its samples),
-  // and S1-S4 tgmm f32 took 0.94-0.96x the time without them.
+  // and S1-S4 tgmm f32 took 0.91-0.97x the time without them (g++ and clang++).
   bool tgmm_prefetch;
   // gmm items of more register tiles than this (large groups) prefetch no weights ahead
   // (panel_prefetch in templates/cpp/gmm.cpp); 0: every item does. On an AMX Xeon those
-  // prefetches cost S1 f32 5-6% (S2 1-2%); 16 tiles keeps them for S3's groups of up to 29 rows,
-  // which lose 7% without them.
+  // prefetches cost S1 f32 2-7% and S2 1-4%; 16 tiles keeps them for S3's groups of up to 29
+  // rows (5 tiles), which take 7% longer without them.
   int64_t gmm_prefetch_max_tiles;
   // bf16 x bf16 gmm multiplies 16 x 32 by 32 x 16 tiles (AMX tdpbf16ps) where the OS grants
   // the tile state (templates/cpp/ukernel/amx.inc); everything else is its base family's code.
