@@ -122,6 +122,22 @@ TEST(TilingRules, HeuristicNamesTheRulesItApplied) {
   applied.clear();
   EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s, 512, Isa::kNative, &applied));
   EXPECT_EQ((std::vector<std::string_view>{"gmm-rows"}), applied);
+  // bf16 x 4-bit weights on AMX tiles: small groups take shallower, wider items; 2-bit and
+  // [N, K] weights do not.
+  s = parse_text("op=gmm,lhs=bf16,rhs=i4,rhs_quant=block:128,out=f32,k=2048,n=2048,g=32,isa=amx");
+  applied.clear();
+  EXPECT_EQ((Tiling{512, 128, 512}), heuristic_tiling(s, 16, Isa::kNative, &applied));
+  EXPECT_EQ((std::vector<std::string_view>{"gmm-rows", "gmm-small", "gmm-amx-bf16-quantized",
+                                           "gmm-amx-nibbles-small"}),
+            applied);
+  applied.clear();
+  EXPECT_EQ((Tiling{512, 256, 64}), heuristic_tiling(s, 512, Isa::kNative, &applied));
+  EXPECT_EQ((std::vector<std::string_view>{"gmm-rows", "gmm-amx-bf16-quantized"}), applied);
+  s.rhs = DType::kT2;
+  EXPECT_EQ((Tiling{512, 256, 256}), heuristic_tiling(s, 16, Isa::kNative, nullptr));
+  s.rhs = DType::kI4;
+  s.transpose_rhs = true;
+  EXPECT_EQ((Tiling{512, 256, 256}), heuristic_tiling(s, 16, Isa::kNative, nullptr));
 }
 
 }  // namespace

@@ -180,6 +180,7 @@ enum class RuleOperands {
   kFloat,           // neither operand quantized
   kPairs,           // multiplied in bf16 pairs: bf16_pairs() or quant_pairs()
   kBf16xQuantized,  // bf16 lhs, quantized rhs
+  kBf16xNibbles,    // bf16 lhs, rhs of 4-bit codes
   kIntDot,          // integer codes on both sides, summed by the family's integer dot product
   kIntDotWholeK,    // kIntDot with tensor or channel scales on both sides (P summed over all K)
 };

@@ -30,6 +30,8 @@ bool rule_operands_hold(RuleOperands o, const KernelSpec& s, const IsaFamily& f)
       return bf16_pairs(s, f) || quant_pairs(s, f);
     case kBf16xQuantized:
       return s.lhs == DType::kBF16 && codes::is_quantized(s.rhs);
+    case kBf16xNibbles:
+      return s.lhs == DType::kBF16 && codes::is_quantized(s.rhs) && bits_of(s.rhs) == 4;
     case kIntDot:
       return quant_int_dot(s, f);
     case kIntDotWholeK:
@@ -121,6 +123,7 @@ std::span<const TilingRule> cpu_tiling_rules() {
     TilingRule{"gmm-avx512-f32-nk-small",  Op::kGmm,   avx512s,          kF32Rhs,          kNK,         kSmall,    kAnyWidth,  keep,      set(512),   set(128)},
     TilingRule{"gmm-amx-f32-kn-small",     Op::kGmm,   kAmx,             kF32Rhs,          kKN,         kSmall,    kAnyWidth,  keep,      set(32),    spread(2048)},
     TilingRule{"gmm-amx-bf16-quantized",   Op::kGmm,   kAmx,             kBf16xQuantized,  kAnyLayout,  kAnyRows,  kAnyWidth,  keep,      set(256),   keep},
+    TilingRule{"gmm-amx-nibbles-small",    Op::kGmm,   kAmx,             kBf16xNibbles,    kKN,         kSmall,    kAnyWidth,  keep,      set(128),   set(512)},
   };
   // clang-format on
   return kRules;
