@@ -31,7 +31,7 @@ bool rule_operands_hold(RuleOperands o, const KernelSpec& s, const IsaFamily& f)
     case kBf16xQuantized:
       return s.lhs == DType::kBF16 && codes::is_quantized(s.rhs);
     case kBf16xNibbles:
-      return s.lhs == DType::kBF16 && codes::is_quantized(s.rhs) && bits_of(s.rhs) == 4;
+      return s.lhs == DType::kBF16 && bits_of(s.rhs) == 4;
     case kIntDot:
       return quant_int_dot(s, f);
     case kIntDotWholeK:
