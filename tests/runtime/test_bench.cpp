@@ -644,7 +644,7 @@ TEST(BenchAb, WrongSideIsCaughtAndProblemsMustMatch) {
   const bench::Workload w = workload(spec, 70, "uniform", 5);
   const bench::AbRow same = bench::run_ab(good, spec, good, spec, w, o, machine);
   EXPECT_TRUE(same.ok) << same.failure;
-  EXPECT_EQ(same.rounds, 3);
+  EXPECT_EQ(same.rounds, 4);  // 3 rounded up to pairs of rounds, one of each order
   EXPECT_GT(same.a_ms, 0);
   EXPECT_GT(same.b_ms, 0);
   EXPECT_LE(same.ratio_p25, same.ratio);
@@ -657,6 +657,57 @@ TEST(BenchAb, WrongSideIsCaughtAndProblemsMustMatch) {
   KernelSpec other = spec;
   other.n = 64;
   EXPECT_THROW(bench::run_ab(good, spec, good, other, w, o, machine), InvalidArgument);
+}
+
+// A kernel that runs `real` and notes the side and output of every call it plans, in order.
+struct PlannedCall {
+  int side;
+  const void* out;
+};
+std::vector<PlannedCall> planned_calls;
+template <int Side>
+struct OutputsSeen {
+  static inline const gmmgen_kernel_entry* real = nullptr;
+  static int plan(const gmmgen_args* a, void* ws, int64_t bytes, int64_t* items, char* err,
+                  size_t len) {
+    if (ws) planned_calls.push_back({Side, a->out});  // not the workspace-size probe
+    return real->plan(a, ws, bytes, items, err, len);
+  }
+};
+
+// The timed rounds: A first in even rounds and B first in odd ones, and the first call of every
+// round writes one output, the second another, whichever side makes it (an output per side gave
+// that side its memory's speed too).
+TEST(BenchAb, SidesShareTheTimedOutputs) {
+  bench::Machine machine;
+  machine.threads = 2, machine.peak_gflops = 100;
+  const KernelSpec spec = parse_text(kQuantSpecs[1]);
+  gmmgen_kernel_entry a = quant_kernel(kQuantSpecs[1]), b = a;
+  OutputsSeen<0>::real = OutputsSeen<1>::real = &quant_kernel(kQuantSpecs[1]);
+  a.plan = &OutputsSeen<0>::plan;
+  b.plan = &OutputsSeen<1>::plan;
+  RuntimeOptions ro;
+  ro.jit = false, ro.num_threads = 2;
+  Runtime rt_a(ro), rt_b(ro);
+  rt_a.register_kernels(&a, 1);
+  rt_b.register_kernels(&b, 1);
+  bench::Options o;
+  o.reps = 3, o.threads = 2, o.baseline = bench::BaselineKind::kNone;
+  planned_calls.clear();
+  const bench::AbRow r =
+      bench::run_ab(rt_a, spec, rt_b, spec, workload(spec, 70, "uniform", 5), o, machine);
+  ASSERT_TRUE(r.ok) << r.failure;
+  ASSERT_EQ(r.rounds, 4);  // 3 rounded up to pairs of rounds, one of each order
+  ASSERT_GE(planned_calls.size(), 8u);
+  const PlannedCall* round = planned_calls.data() + planned_calls.size() - 8;  // the last 4 rounds
+  EXPECT_NE(round[0].out, round[1].out);
+  for (int i = 0; i < 4; ++i) {
+    SCOPED_TRACE(i);
+    EXPECT_EQ(round[2 * i].side, i % 2);
+    EXPECT_EQ(round[2 * i + 1].side, 1 - i % 2);
+    EXPECT_EQ(round[2 * i].out, round[0].out);
+    EXPECT_EQ(round[2 * i + 1].out, round[1].out);
+  }
 }
 
 // The command line: a tiling side and another gmm-gen's kernel (this very build's, emitted and
@@ -679,7 +730,7 @@ TEST(BenchAb, CliTimesTwoSidesInAlternatingRounds) {
     EXPECT_TRUE(row["ok"].get<bool>()) << row.dump();
     EXPECT_EQ(row["side_a"], "this");
     EXPECT_EQ(row["side_b"], side);
-    EXPECT_EQ(row["rounds"], 3);
+    EXPECT_EQ(row["rounds"], 4);
     EXPECT_GT(row["a_ms"].get<double>(), 0);
     EXPECT_GT(row["b_ms"].get<double>(), 0);
     EXPECT_NE(row["kernel_a"].get<std::string>().find("_t16x16x8_"), std::string::npos);

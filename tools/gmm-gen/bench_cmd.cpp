@@ -363,8 +363,9 @@ Command add_bench(CLI::App& app) {
   cmd->add_option("--baseline", o->baseline,
                   "onednn | openblas | none [the first found at configure time]");
   cmd->add_option("--ab", o->ab,
-                  "A/B: time two kernels of each row in alternating rounds (--reps of them) and "
-                  "print B/A, its median and 25th-75th percentiles, instead of the baseline "
+                  "A/B: time two kernels of each row in alternating rounds (--reps of them, "
+                  "rounded up to even) and print B/A per pair of rounds, its median and "
+                  "25th-75th percentiles, instead of the baseline "
                   "table. Each side: this | tiling=TMxTKxTN | cxx=COMPILER | the path of another "
                   "gmm-gen or of its build folder (its kernel, compiled here)")
       ->expected(2);

@@ -213,7 +213,8 @@ struct AbRow {
   int64_t m = 0, k = 0, n = 0, g = 0;
   int rounds = 0;
   double a_ms = 0, b_ms = 0;  // medians
-  // b / a of each round: the median and its 25th and 75th percentiles (the spread).
+  // b / a of each pair of rounds (one of each order): the median and its 25th and 75th
+  // percentiles (the spread).
   double ratio = 0, ratio_p25 = 0, ratio_p75 = 0;
   bool ok = true;  // both outputs matched the float64 reference (sampled)
   std::string failure;
@@ -221,10 +222,12 @@ struct AbRow {
 };
 
 // Checks each kernel's output against the float64 reference (as run does, one timed run each),
-// then times them on the same inputs, each into an output of its own: two warm-up runs each, then
-// o.reps rounds of one run of each, A first in even rounds and B first in odd ones (so that a
-// drift of the machine within a round falls on both alike). Throws InvalidArgument when the
-// specs differ in more than their tiling. A wrong kernel gets no times.
+// then times them on the same inputs: two warm-up runs each, then o.reps rounds (rounded up to
+// even) of one run of each, A first in even rounds and B first in odd ones, the first call of a
+// round writing one output and the second another, each pair of rounds giving one ratio (so
+// that a drift of the machine within a round, and the outputs' places in memory, fall on both
+// alike). Throws InvalidArgument when the specs differ in more than their tiling. A wrong kernel
+// gets no times.
 AbRow run_ab(Runtime& rt_a, const KernelSpec& a, Runtime& rt_b, const KernelSpec& b,
              const Workload& work, const Options& o, const Machine& machine);
 
