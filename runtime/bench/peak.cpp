@@ -2,6 +2,7 @@
 // only loops of independent chains of one instruction in the host's families, on `threads`
 // threads at once; and the DRAM read bandwidth.
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -200,6 +201,16 @@ std::string cpuinfo_field(const std::string& key) {
   return "";
 }
 
+// The bracketed word of the kernel's transparent huge page setting ("[madvise]" -> madvise).
+std::string thp_mode() {
+  std::ifstream in("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string line;
+  std::getline(in, line);
+  const size_t open = line.find('['), close = line.find(']');
+  return open != std::string::npos && close > open ? line.substr(open + 1, close - open - 1)
+                                                   : "unknown";
+}
+
 }  // namespace
 
 namespace {
@@ -322,6 +333,16 @@ void measure_paths(Machine& machine, const std::vector<KernelSpec>& specs) {
     machine.bandwidth_gbs = measure_read_bandwidth_gbs(machine.threads);
 }
 
+namespace {
+std::atomic<bool> huge_pages_on{false};
+}  // namespace
+void set_huge_pages(bool on) {
+  huge_pages_on = on;
+}
+bool huge_pages() {
+  return huge_pages_on;
+}
+
 Machine describe_machine(int threads, bool measure_peak) {
   Machine m;
   m.cpu = cpuinfo_field("model name");
@@ -329,6 +350,8 @@ Machine describe_machine(int threads, bool measure_peak) {
   m.isa = std::string(to_string(host_isa()));
   m.compiler = compiler_identity(default_compiler({}).cxx);
   m.threads = threads;
+  m.pages = (huge_pages() ? "2 MiB asked (MADV_HUGEPAGE)" : "the allocator's") +
+            std::string(", transparent huge pages: ") + thp_mode();
   m.peak_gflops = measure_peak ? measure_peak_gflops(threads) : 0.0;
   return m;
 }
@@ -356,7 +379,8 @@ nlohmann::ordered_json Machine::to_json() const {
           {"threads", threads},
           {"peak_gflops", peak_gflops},
           {"path_peak_gflops", paths},
-          {"bandwidth_gbs", bandwidth_gbs}};
+          {"bandwidth_gbs", bandwidth_gbs},
+          {"pages", pages}};
 }
 
 }  // namespace gmmgen::bench

@@ -787,6 +787,33 @@ TEST(BenchQuant, CliQuantizedRowReportsVsFloat) {
 
 // A row whose kernel reads i8 activations also times gmmgen_quantize on f32 activations alone, and
 // Runtime::gmm quantizing them in the call: a table of its own below the rows, and the JSON.
+// --huge-pages puts the operands (and the bandwidth probe's buffer) on mappings advised
+// MADV_HUGEPAGE; the rows still check, and the header and JSON say which pages were asked for.
+TEST(BenchCli, HugePagesAreAskedForAndReported) {
+  const Scratch dir("gmmgen_bench");
+  const std::string json = (dir.path / "rows.json").string();
+  for (const bool huge : {false, true}) {
+    SCOPED_TRACE(huge);
+    std::vector<std::string> args = {
+        "--spec",     "op=gmm,lhs=f32,rhs=i4,rhs_quant=block:32,out=f32,k=96,n=40,g=3",
+        "--m",        "50",
+        "--reps",     "1",
+        "--baseline", "none",
+        "--json",     json};
+    if (huge) args.push_back("--huge-pages");
+    const ProcessResult r = bench_cli(args);
+    ASSERT_EQ(r.status, 0) << r.output;
+    std::ifstream in(json);
+    const auto j = nlohmann::json::parse(in);
+    const std::string pages = j["machine"]["pages"];
+    EXPECT_EQ(pages.rfind(huge ? "2 MiB asked" : "the allocator's", 0), 0u) << pages;
+    EXPECT_NE(pages.find("transparent huge pages: "), std::string::npos) << pages;
+    EXPECT_NE(r.output.find("pages:     " + pages), std::string::npos) << r.output;
+    ASSERT_EQ(j["rows"].size(), 2u);  // the f32 counterpart, then the quantized row
+    for (const auto& row : j["rows"]) EXPECT_TRUE(row["ok"].get<bool>()) << row.dump();
+  }
+}
+
 TEST(BenchQuant, CliTimesQuantizedActivationsEndToEnd) {
   const Scratch dir("gmmgen_bench");
   const std::string json = (dir.path / "rows.json").string();

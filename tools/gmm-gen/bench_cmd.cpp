@@ -21,6 +21,7 @@ struct BenchOptions {
   std::vector<std::string> ab;  // --ab SIDE_A SIDE_B
   int64_t m = 4096;
   int threads = 2, reps = 7;
+  bool huge_pages = false;
   CLI::Option* quant_option = nullptr;  // given at all (an empty --quant is an error)
 };
 
@@ -60,6 +61,7 @@ std::vector<std::string> split(const std::string& s) {
 }
 
 int run_bench(const BenchOptions& o) {
+  bench::set_huge_pages(o.huge_pages);  // before any buffer, the bandwidth probe's included
   bench::Options opt;
   opt.threads = o.threads, opt.reps = o.reps;
   if (!o.baseline.empty()) {
@@ -222,8 +224,8 @@ int run_bench(const BenchOptions& o) {
     else
       std::printf("path peak: - (%s, not measured)\n", key.c_str());
   }
-  std::printf("bandwidth: %.1f GB/s (DRAM read, measured)\nbaseline:  %s\n\n",
-              machine.bandwidth_gbs, bench::to_string(opt.baseline).c_str());
+  std::printf("bandwidth: %.1f GB/s (DRAM read, measured)\npages:     %s\nbaseline:  %s\n\n",
+              machine.bandwidth_gbs, machine.pages.c_str(), bench::to_string(opt.baseline).c_str());
   const int w = int(width), tw = int(tiling_width);
   std::printf("%-5s %-5s %-*s %10s %10s %10s %7s %7s %-9s %7s %7s %-7s%s  %-*s  %s\n", "shape",
               "op", w, "lhs x rhs -> out", "ms", "GFLOP/s", "base GF/s", "ratio", "% peak", "path",
@@ -369,6 +371,10 @@ Command add_bench(CLI::App& app) {
                   "table. Each side: this | tiling=TMxTKxTN | cxx=COMPILER | the path of another "
                   "gmm-gen or of its build folder (its kernel, compiled here)")
       ->expected(2);
+  cmd->add_flag("--huge-pages", o->huge_pages,
+                "Operands (and the bandwidth probe's buffer) on 2 MiB pages where the OS grants "
+                "transparent huge pages on request (madvise), to tell TLB walks from the kernel's "
+                "own cost; the header's `pages` line says what was asked and the OS's THP mode");
   cmd->add_option("--json", o->json,
                   "Also write {\"machine\": {...}, \"rows\": [...]} to this file");
   cmd->footer(

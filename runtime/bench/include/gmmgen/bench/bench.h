@@ -106,10 +106,18 @@ struct Machine {
   // threads (GB/s; 0: not measured).
   std::map<std::string, double> path_peak_gflops;
   double bandwidth_gbs = 0;
+  // The operands' pages: what bench asked for (--huge-pages) and the OS's transparent huge page
+  // mode (always, madvise, never; "unknown" where it does not say).
+  std::string pages;
   // A path's peak: path_peak_gflops, else for the host family's f32 FMA peak_gflops; 0 if neither.
   double path_peak(const std::string& key) const;
   nlohmann::ordered_json to_json() const;  // path_peak_gflops with the host's f32 FMA entry
 };
+
+// Whether bench's buffers made from now on (operands, outputs, the bandwidth probe's) ask for 2 MiB
+// pages (MADV_HUGEPAGE; bench --huge-pages). Off by default: the allocator's pages.
+void set_huge_pages(bool on);
+bool huge_pages();
 
 // Measures the f32 FMA peak with a register-only loop of the host's best family (about a second).
 double measure_peak_gflops(int threads);
