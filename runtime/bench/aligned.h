@@ -44,18 +44,9 @@ class Aligned {
         map_(std::exchange(o.map_, nullptr)),
         mapped_(std::exchange(o.mapped_, 0)),
         data_(std::exchange(o.data_, nullptr)) {}
-  Aligned& operator=(Aligned&& o) noexcept {
-    if (this != &o) {
-      if (map_) munmap(map_, mapped_);
-      bytes_ = std::move(o.bytes_);
-      map_ = std::exchange(o.map_, nullptr);
-      mapped_ = std::exchange(o.mapped_, 0);
-      data_ = std::exchange(o.data_, nullptr);
-    }
-    return *this;
-  }
   Aligned(const Aligned&) = delete;
   Aligned& operator=(const Aligned&) = delete;
+  Aligned& operator=(Aligned&&) = delete;
 
   unsigned char* data() { return data_; }
   const unsigned char* data() const { return data_; }

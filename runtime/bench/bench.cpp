@@ -811,6 +811,10 @@ nlohmann::ordered_json AbRow::to_json() const {
   return j;
 }
 
+int ab_rounds(int reps) {
+  return (reps + 1) / 2 * 2;
+}
+
 AbRow run_ab(Runtime& rt_a, const KernelSpec& a, Runtime& rt_b, const KernelSpec& b,
              const Workload& work, const Options& o, const Machine& machine) {
   KernelSpec same = b;
@@ -851,19 +855,20 @@ AbRow run_ab(Runtime& rt_a, const KernelSpec& a, Runtime& rt_b, const KernelSpec
     f();
     return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
   };
+  // One call of side A (or B) into the output of the round's first (or second) place.
+  const auto call = [&](bool side_a, int place) {
+    side_a ? rt_a.run(ka, args_a[place]) : rt_b.run(kb, args_b[place]);
+  };
   for (int i = 0; i < 2; ++i)
-    for (int place = 0; place < 2; ++place)
-      rt_a.run(ka, args_a[place]), rt_b.run(kb, args_b[place]);
+    for (int place = 0; place < 2; ++place) call(true, place), call(false, place);
   // Rounds in pairs, A first in one and B first in the other, one ratio per pair: each side
   // runs once in each place of a round.
-  const int pairs = (o.reps + 1) / 2;
+  const int rounds = ab_rounds(o.reps);
   std::vector<double> ta, tb, ratios;
-  for (int i = 0; i < 2 * pairs; ++i) {
+  for (int i = 0; i < rounds; ++i) {
     const bool a_first = i % 2 == 0;
-    const double first =
-        a_first ? timed([&] { rt_a.run(ka, args_a[0]); }) : timed([&] { rt_b.run(kb, args_b[0]); });
-    const double second =
-        a_first ? timed([&] { rt_b.run(kb, args_b[1]); }) : timed([&] { rt_a.run(ka, args_a[1]); });
+    const double first = timed([&] { call(a_first, 0); });
+    const double second = timed([&] { call(!a_first, 1); });
     ta.push_back(a_first ? first : second), tb.push_back(a_first ? second : first);
     if (!a_first) ratios.push_back((tb[i - 1] + tb[i]) / (ta[i - 1] + ta[i]));
   }
@@ -871,7 +876,7 @@ AbRow run_ab(Runtime& rt_a, const KernelSpec& a, Runtime& rt_b, const KernelSpec
     std::sort(v.begin(), v.end());
     return v[size_t(q * double(v.size() - 1) + 0.5)];
   };
-  r.rounds = 2 * pairs;
+  r.rounds = rounds;
   r.a_ms = at(ta, 0.5), r.b_ms = at(tb, 0.5);
   r.ratio = at(ratios, 0.5), r.ratio_p25 = at(ratios, 0.25), r.ratio_p75 = at(ratios, 0.75);
   return r;

@@ -211,6 +211,8 @@ std::string thp_mode() {
                                                    : "unknown";
 }
 
+std::atomic<bool> huge_pages_on{false};
+
 }  // namespace
 
 namespace {
@@ -333,9 +335,6 @@ void measure_paths(Machine& machine, const std::vector<KernelSpec>& specs) {
     machine.bandwidth_gbs = measure_read_bandwidth_gbs(machine.threads);
 }
 
-namespace {
-std::atomic<bool> huge_pages_on{false};
-}  // namespace
 void set_huge_pages(bool on) {
   huge_pages_on = on;
 }

@@ -238,5 +238,7 @@ struct AbRow {
 // gets no times.
 AbRow run_ab(Runtime& rt_a, const KernelSpec& a, Runtime& rt_b, const KernelSpec& b,
              const Workload& work, const Options& o, const Machine& machine);
+// The rounds run_ab times for --reps `reps`: whole pairs.
+int ab_rounds(int reps);
 
 }  // namespace gmmgen::bench
