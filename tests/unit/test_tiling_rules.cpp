@@ -122,6 +122,24 @@ TEST(TilingRules, HeuristicNamesTheRulesItApplied) {
   applied.clear();
   EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s, 512, Isa::kNative, &applied));
   EXPECT_EQ((std::vector<std::string_view>{"gmm-rows"}), applied);
+  // f32 activations by quantized weights, small groups: shallow k-blocks, items of 512 columns
+  // where that leaves two per group, of 256 where the weights are narrower; not on avx2.
+  s = parse_text("op=gmm,lhs=f32,rhs=i8,rhs_quant=channel,out=f32,k=2048,n=2048,g=32,isa=amx");
+  applied.clear();
+  EXPECT_EQ((Tiling{512, 64, 512}), heuristic_tiling(s, 16, Isa::kNative, &applied));
+  EXPECT_EQ((std::vector<std::string_view>{"gmm-rows", "gmm-small", "gmm-f32-quantized-small"}),
+            applied);
+  s.n = 768;
+  EXPECT_EQ((Tiling{512, 64, 384}), heuristic_tiling(s, 16, Isa::kNative, nullptr));
+  s.n = 512;
+  s.isa = Isa::kAvx512;
+  EXPECT_EQ((Tiling{512, 64, 256}), heuristic_tiling(s, 16, Isa::kNative, nullptr));
+  s.n = 100;
+  EXPECT_EQ((Tiling{512, 64, 100}), heuristic_tiling(s, 16, Isa::kNative, nullptr));
+  s.n = 2048;
+  EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s, 512, Isa::kNative, nullptr));
+  s.isa = Isa::kAvx2;
+  EXPECT_EQ((Tiling{512, 256, 256}), heuristic_tiling(s, 16, Isa::kNative, nullptr));
   // bf16 x 4-bit weights on AMX tiles: small groups take shallower, wider items; 2-bit and
   // [N, K] weights do not.
   s = parse_text("op=gmm,lhs=bf16,rhs=i4,rhs_quant=block:128,out=f32,k=2048,n=2048,g=32,isa=amx");

@@ -179,6 +179,7 @@ enum class RuleOperands {
   kBf16xBf16,
   kFloat,           // neither operand quantized
   kPairs,           // multiplied in bf16 pairs: bf16_pairs() or quant_pairs()
+  kF32xQuantized,   // f32 lhs, quantized rhs
   kBf16xQuantized,  // bf16 lhs, quantized rhs
   kBf16xNibbles,    // bf16 lhs, rhs of 4-bit codes
   kIntDot,          // integer codes on both sides, summed by the family's integer dot product
@@ -193,6 +194,8 @@ enum class RuleTileKind {
   kPackedWeightsFit,  // tn: whole register tiles whose packed bf16 weights (K x tn) fit `value`
                       // bytes, between one and four register tiles
   kSpreadColumns,     // tn: n * g_local / 16 in multiples of 64 (>= 16 items per call), between
+                      // 256 and `value`
+  kHalfColumns,       // tn: at most half of n in multiples of 64 (>= 2 items per group), between
                       // 256 and `value`
 };
 struct RuleTile {

@@ -28,6 +28,8 @@ bool rule_operands_hold(RuleOperands o, const KernelSpec& s, const IsaFamily& f)
       return !codes::is_quantized(s.lhs) && !codes::is_quantized(s.rhs);
     case kPairs:
       return bf16_pairs(s, f) || quant_pairs(s, f);
+    case kF32xQuantized:
+      return s.lhs == DType::kF32 && codes::is_quantized(s.rhs);
     case kBf16xQuantized:
       return s.lhs == DType::kBF16 && codes::is_quantized(s.rhs);
     case kBf16xNibbles:
@@ -74,6 +76,11 @@ int64_t rule_tile_value(const RuleTile& t, int64_t current, std::optional<int64_
       const int64_t spread = std::max<int64_t>(256, s.n * s.g_local / 16 / 64 * 64);
       return clip(std::min(t.value, spread));
     }
+    case kHalfColumns: {
+      // At least two items per group along n, in multiples of 64, between 256 and t.value.
+      const int64_t half = std::max<int64_t>(256, s.n / 2 / 64 * 64);
+      return clip(std::min(t.value, half));
+    }
   }
   return current;
 }
@@ -97,6 +104,7 @@ std::span<const TilingRule> cpu_tiling_rules() {
   constexpr auto set = [](int64_t v) { return RuleTile{kSet, v}; };
   constexpr auto fit = [](int64_t bytes) { return RuleTile{kPackedWeightsFit, bytes}; };
   constexpr auto spread = [](int64_t most) { return RuleTile{kSpreadColumns, most}; };
+  constexpr auto halves = [](int64_t most) { return RuleTile{kHalfColumns, most}; };
   constexpr uint8_t avx512s = kAvx512Bf16 | kAvx512;
   constexpr uint8_t int_dots = kAvx2 | kAvx512Bf16;  // integer dot products measured (not amx's)
 
@@ -122,6 +130,7 @@ std::span<const TilingRule> cpu_tiling_rules() {
     TilingRule{"gmm-bf16-pairs-small",     Op::kGmm,   kAvx512Bf16,      kBf16xBf16,       kKN,         kSmall,    kAnyWidth,  keep,      keep,       set(64)},
     TilingRule{"gmm-avx512-f32-nk-small",  Op::kGmm,   avx512s,          kF32Rhs,          kNK,         kSmall,    kAnyWidth,  keep,      set(512),   set(128)},
     TilingRule{"gmm-amx-f32-kn-small",     Op::kGmm,   kAmx,             kF32Rhs,          kKN,         kSmall,    kAnyWidth,  keep,      set(32),    spread(2048)},
+    TilingRule{"gmm-f32-quantized-small",  Op::kGmm,   kAmx | avx512s,   kF32xQuantized,   kAnyLayout,  kSmall,    kAnyWidth,  keep,      set(64),    halves(512)},
     TilingRule{"gmm-amx-bf16-quantized",   Op::kGmm,   kAmx,             kBf16xQuantized,  kAnyLayout,  kAnyRows,  kAnyWidth,  keep,      set(256),   keep},
     TilingRule{"gmm-amx-nibbles-small",    Op::kGmm,   kAmx,             kBf16xNibbles,    kKN,         kSmall,    kAnyWidth,  keep,      set(128),   set(512)},
   };
