@@ -140,20 +140,22 @@ TEST(TilingRules, HeuristicNamesTheRulesItApplied) {
   EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s, 512, Isa::kNative, nullptr));
   s.isa = Isa::kAvx2;
   EXPECT_EQ((Tiling{512, 256, 256}), heuristic_tiling(s, 16, Isa::kNative, nullptr));
-  // bf16 x 4-bit weights on AMX tiles: small groups take shallower, wider items; 2-bit and
-  // [N, K] weights do not.
+  // bf16 x 4-bit and 8-bit weights on AMX tiles: small groups take shallower, wider items;
+  // 2-bit and [N, K] weights do not.
   s = parse_text("op=gmm,lhs=bf16,rhs=i4,rhs_quant=block:128,out=f32,k=2048,n=2048,g=32,isa=amx");
   applied.clear();
   EXPECT_EQ((Tiling{512, 128, 512}), heuristic_tiling(s, 16, Isa::kNative, &applied));
   EXPECT_EQ((std::vector<std::string_view>{"gmm-rows", "gmm-small", "gmm-amx-bf16-quantized",
-                                           "gmm-amx-nibbles-small"}),
+                                           "gmm-amx-bf16-codes-small"}),
             applied);
   applied.clear();
   EXPECT_EQ((Tiling{512, 256, 64}), heuristic_tiling(s, 512, Isa::kNative, &applied));
   EXPECT_EQ((std::vector<std::string_view>{"gmm-rows", "gmm-amx-bf16-quantized"}), applied);
+  s.rhs = DType::kF8E4M3;
+  EXPECT_EQ((Tiling{512, 128, 512}), heuristic_tiling(s, 16, Isa::kNative, nullptr));
   s.rhs = DType::kT2;
   EXPECT_EQ((Tiling{512, 256, 256}), heuristic_tiling(s, 16, Isa::kNative, nullptr));
-  s.rhs = DType::kI4;
+  s.rhs = DType::kI8;
   s.transpose_rhs = true;
   EXPECT_EQ((Tiling{512, 256, 256}), heuristic_tiling(s, 16, Isa::kNative, nullptr));
 }

@@ -32,8 +32,9 @@ bool rule_operands_hold(RuleOperands o, const KernelSpec& s, const IsaFamily& f)
       return s.lhs == DType::kF32 && codes::is_quantized(s.rhs);
     case kBf16xQuantized:
       return s.lhs == DType::kBF16 && codes::is_quantized(s.rhs);
-    case kBf16xNibbles:
-      return s.lhs == DType::kBF16 && bits_of(s.rhs) == 4;
+    case kBf16xStreamed:
+      return s.lhs == DType::kBF16 && codes::is_quantized(s.rhs) &&
+             (bits_of(s.rhs) == 8 || bits_of(s.rhs) == 4);
     case kIntDot:
       return quant_int_dot(s, f);
     case kIntDotWholeK:
@@ -132,7 +133,7 @@ std::span<const TilingRule> cpu_tiling_rules() {
     TilingRule{"gmm-amx-f32-kn-small",     Op::kGmm,   kAmx,             kF32Rhs,          kKN,         kSmall,    kAnyWidth,  keep,      set(32),    spread(2048)},
     TilingRule{"gmm-f32-quantized-small",  Op::kGmm,   kAmx | avx512s,   kF32xQuantized,   kAnyLayout,  kSmall,    kAnyWidth,  keep,      set(64),    halves(512)},
     TilingRule{"gmm-amx-bf16-quantized",   Op::kGmm,   kAmx,             kBf16xQuantized,  kAnyLayout,  kAnyRows,  kAnyWidth,  keep,      set(256),   keep},
-    TilingRule{"gmm-amx-nibbles-small",    Op::kGmm,   kAmx,             kBf16xNibbles,    kKN,         kSmall,    kAnyWidth,  keep,      set(128),   set(512)},
+    TilingRule{"gmm-amx-bf16-codes-small", Op::kGmm,   kAmx,             kBf16xStreamed,   kKN,         kSmall,    kAnyWidth,  keep,      set(128),   set(512)},
   };
   // clang-format on
   return kRules;
