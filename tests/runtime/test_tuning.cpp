@@ -163,8 +163,9 @@ TEST(Heuristic, FollowsRowsPerGroupAndStaysValid) {
   s3_avx2_bf16.lhs = s3_avx2_bf16.rhs = DType::kBF16;
   EXPECT_EQ((Tiling{512, 256, 256}), heuristic_tiling(s3_avx2_bf16, 16));
   // On amx, f32 [K, N] weights of small groups take whole rows (up to 2048 columns, while the
-  // groups' n-tiles number at least 16) in shallow k-blocks; [N, K] weights, quantized weights
-  // and bf16 keep the choice of the other families.
+  // groups' n-tiles number at least 16) in shallow k-blocks; quantized weights with f32
+  // activations k-blocks of 64 and items of 512 columns; [N, K] weights and bf16 keep the choice
+  // of the other families.
   KernelSpec s3_amx = s3;
   s3_amx.isa = Isa::kAmx;
   EXPECT_EQ((Tiling{512, 32, 512}), heuristic_tiling(s3_amx, 16));
@@ -178,9 +179,9 @@ TEST(Heuristic, FollowsRowsPerGroupAndStaysValid) {
   EXPECT_EQ((Tiling{512, 32, 256}), heuristic_tiling(s4_amx, 16));
   s4_amx.transpose_rhs = true;
   EXPECT_EQ((Tiling{512, 128, 256}), heuristic_tiling(s4_amx, 16));
-  s4_amx.transpose_rhs = false, s4_amx.rhs = DType::kI8;  // quantized weights: only tn
+  s4_amx.transpose_rhs = false, s4_amx.rhs = DType::kI8;  // quantized weights
   s4_amx.rhs_quant.kind = QuantKind::kChannel;
-  EXPECT_EQ((Tiling{512, 128, 256}), heuristic_tiling(s4_amx, 16));
+  EXPECT_EQ((Tiling{512, 64, 512}), heuristic_tiling(s4_amx, 16));
   EXPECT_EQ((Tiling{512, 1024, 128}), heuristic_tiling(s4_amx, 100));
   s4_amx.transpose_rhs = false, s4_amx.lhs = s4_amx.rhs = DType::kBF16;
   EXPECT_EQ((Tiling{512, 128, 256}), heuristic_tiling(s4_amx, 16));
