@@ -181,7 +181,7 @@ enum class RuleOperands {
   kPairs,           // multiplied in bf16 pairs: bf16_pairs() or quant_pairs()
   kF32xQuantized,   // f32 lhs, quantized rhs
   kBf16xQuantized,  // bf16 lhs, quantized rhs
-  kBf16xStreamed,   // bf16 lhs, rhs of 8-bit or 4-bit codes (decoded a tile step at a time)
+  kBf16xStreamed,   // bf16 lhs, rhs of 8-bit or 4-bit codes
   kIntDot,          // integer codes on both sides, summed by the family's integer dot product
   kIntDotWholeK,    // kIntDot with tensor or channel scales on both sides (P summed over all K)
 };
