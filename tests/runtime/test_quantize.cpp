@@ -421,6 +421,21 @@ TEST(QuantizeCodes, Fp8RowsMatchEncodeCode) {
     for (int64_t i = 0; i < rows * cols; ++i)
       ASSERT_EQ(int(encode_code(d, double(v[i]) / sc[size_t(i % cols)])), int(q[i]))
           << "x=" << v[i];
+    // Rows of 12: shorter than sixteen, so eight of each row take the eight-wide vector code
+    // (AVX2) on hosts with AVX-512 too; without the exact ties, which send a group to f64.
+    std::vector<float> w;
+    for (size_t i = 0; i < v.size(); ++i)
+      if (i >= 4 * (levels.size() - 1) || i % 4 != 1) w.push_back(v[i]);
+    const int64_t short_rows = int64_t(w.size()) / 12;
+    o.scheme = scheme("none"), o.axis = QuantAxis::kCols;
+    quantize(w.data(), short_rows, 12, 0, o, q.data(), 0, nullptr, 0);
+    for (int64_t i = 0; i < short_rows * 12; ++i)
+      ASSERT_EQ(int(encode_code(d, w[i])), int(q[i])) << "x=" << w[i];
+    o.scheme = scheme("block:16");
+    std::vector<float> sr(static_cast<size_t>(short_rows));
+    quantize(w.data(), short_rows, 12, 0, o, q.data(), 0, sr.data(), 0);
+    for (int64_t i = 0; i < short_rows * 12; ++i)
+      ASSERT_EQ(int(encode_code(d, double(w[i]) / sr[size_t(i / 12)])), int(q[i])) << "x=" << w[i];
     // Fixed calibration clips first; with lo = 0, -0 stays -0 and negatives become +0.
     for (const char* cal : {"fixed:-3.5:2", "fixed:0:8"}) {
       SCOPED_TRACE(cal);
@@ -521,6 +536,15 @@ void expect_codes_at_ties(DType d, const std::vector<float>& v, double s) {
       ASSERT_EQ(int(encode_code(d, double(v[size_t(r * cols + c)]) / sc[size_t(c)])),
                 int(codes::get_code(q.data() + r * cld * bits_of(d) / 8, c, bits_of(d))))
           << "x=" << v[size_t(r * cols + c)];
+  // Rows of 12 (eight of each in eight-wide vector code, as above), one scale per row.
+  const int64_t rows = n / 12;
+  o.scheme = scheme("channel"), o.axis = QuantAxis::kCols;
+  std::vector<float> sr(static_cast<size_t>(rows));
+  quantize(v.data(), rows, 12, 0, o, q.data(), 0, sr.data(), 0);
+  for (int64_t i = 0; i < rows * 12; ++i)
+    ASSERT_EQ(int(encode_code(d, double(v[size_t(i)]) / sr[size_t(i / 12)])),
+              int(codes::get_code(q.data(), i, bits_of(d))))
+        << "x=" << v[size_t(i)];
 }
 
 // Values next to ties, x = (j + 1/2) * s rounded to f32, and their neighbours, in runs long

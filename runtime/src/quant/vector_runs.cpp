@@ -167,44 +167,64 @@ GMMGEN_RUNS_AVX2 int64_t encode_int_avx2(const IntRun& r, const float* x, const 
   return i;
 }
 
+// encode_fp8 eight at a time, on the f32 quotients q = x / s and a = min(|q|, max), by f32
+// rounding itself rather than shifts by each lane's exponent. A normal result (a >= 2^emin) is a's
+// bits rounded to the format's significand bits by one integer add (RNE: half a step less one,
+// plus the lowest kept bit; a carry moves into the exponent, as rounding up into the next binade
+// does), rebiased. A subnormal one (a < 2^emin) counts steps of 2^(emin - frac): a + C, C the
+// power of two whose f32 spacing is that step, rounds a to a whole number of steps (to nearest
+// even), and its bits past C's are that number (2^frac, rounding up to 2^emin, is that code). A
+// group holding a tie of either rounding (dropped bits exactly half a step) stops it.
+struct Fp8Steps {
+  int frac, drop;                    // the format's stored significand bits, f32's dropped ones
+  int32_t below_half, half;          // half a step less one, half a step (of the dropped bits)
+  int32_t dropped;                   // the dropped bits' mask
+  int32_t rebias;                    // f32's exponent bias less the format's (1 - emin), as a field
+  uint32_t min_normal_bits, c_bits;  // 2^emin and C, normal f32 powers of two
+  explicit Fp8Steps(const Fp8Format& f)
+      : frac(f.precision - 1),
+        drop(23 - frac),
+        below_half((1 << (drop - 1)) - 1),
+        half(1 << (drop - 1)),
+        dropped((1 << drop) - 1),
+        rebias((127 - (1 - f.emin)) << frac),
+        min_normal_bits(uint32_t(127 + f.emin) << 23),
+        c_bits(uint32_t(127 + f.emin - frac + 23) << 23) {}
+};
+
 GMMGEN_RUNS_AVX2 int64_t encode_fp8_avx2(const Fp8Format& f, const float* x, const float* scales,
                                          int64_t every, int64_t i, int64_t n, uint8_t* codes) {
   const int shift = __builtin_ctzll(uint64_t(every));  // a power of two: no division per group
-  const __m256i one = _mm256_set1_epi32(1), emin = _mm256_set1_epi32(f.emin);
-  const int frac = f.precision - 1;  // stored significand bits
-  const __m256i implicit = _mm256_set1_epi32(1 << frac), full = _mm256_set1_epi32(1 << f.precision);
-  const __m256 max = _mm256_set1_ps(f.max), half_min = _mm256_set1_ps(f.half_min_subnormal);
+  const Fp8Steps k(f);
+  const __m256i lsb = _mm256_set1_epi32(1), below_half = _mm256_set1_epi32(k.below_half);
+  const __m256i dropped = _mm256_set1_epi32(k.dropped), half = _mm256_set1_epi32(k.half);
+  const __m256i rebias = _mm256_set1_epi32(k.rebias), sign_bit = _mm256_set1_epi32(0x80);
+  const __m256 max = _mm256_set1_ps(f.max), half_step = _mm256_set1_ps(f.half_min_subnormal);
+  const __m256 min_normal = _mm256_castsi256_ps(_mm256_set1_epi32(int32_t(k.min_normal_bits)));
+  const __m256 c = _mm256_castsi256_ps(_mm256_set1_epi32(int32_t(k.c_bits)));
+  const __m128i count = _mm_cvtsi32_si128(k.drop);
   for (; i + 8 <= n; i += 8) {
     const __m256 s = every == 1 ? _mm256_loadu_ps(scales + i) : _mm256_set1_ps(scales[i >> shift]);
     const __m256 q = _mm256_div_ps(_mm256_loadu_ps(x + i), s);
-    const __m256i sign =
-        _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(q), 24), _mm256_set1_epi32(0x80));
+    const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(q), 24), sign_bit);
     const __m256 a = _mm256_min_ps(abs8(q), max);
-    const __m256 nonzero = _mm256_cmp_ps(a, half_min, _CMP_GT_OQ);
     const __m256i u = _mm256_castps_si256(a);
-    const __m256i exp = _mm256_sub_epi32(_mm256_srli_epi32(u, 23), _mm256_set1_epi32(127));
-    const __m256i sig = _mm256_or_si256(_mm256_and_si256(u, _mm256_set1_epi32((1 << 23) - 1)),
-                                        _mm256_set1_epi32(1 << 23));
-    __m256i e = _mm256_max_epi32(exp, emin);
-    // Lanes that round to zero may shift by 32 or more: their shifts give 0, unused.
-    const __m256i shift = _mm256_add_epi32(_mm256_set1_epi32(23 - frac), _mm256_sub_epi32(e, exp));
-    __m256i m = _mm256_srlv_epi32(sig, shift);
-    const __m256i rest =
-        _mm256_and_si256(sig, _mm256_sub_epi32(_mm256_sllv_epi32(one, shift), one));
-    const __m256i half = _mm256_sllv_epi32(one, _mm256_sub_epi32(shift, one));
-    const __m256 tie =
-        _mm256_or_ps(_mm256_and_ps(_mm256_castsi256_ps(_mm256_cmpeq_epi32(rest, half)), nonzero),
-                     _mm256_cmp_ps(a, half_min, _CMP_EQ_OQ));
-    if (_mm256_movemask_ps(tie)) return i;
-    m = _mm256_sub_epi32(m, _mm256_cmpgt_epi32(rest, half));  // round up: the mask is -1
-    const __m256i carry = _mm256_cmpeq_epi32(m, full);        // rounded up into the next binade
-    m = _mm256_blendv_epi8(m, _mm256_srli_epi32(m, 1), carry);
-    e = _mm256_sub_epi32(e, carry);
-    const __m256i biased = _mm256_add_epi32(_mm256_sub_epi32(e, emin), one);
-    const __m256i normal = _mm256_or_si256(_mm256_sllv_epi32(biased, _mm256_set1_epi32(frac)),
-                                           _mm256_sub_epi32(m, implicit));
-    __m256i code = _mm256_blendv_epi8(normal, m, _mm256_cmpgt_epi32(implicit, m));  // subnormal
-    code = _mm256_or_si256(_mm256_and_si256(code, _mm256_castps_si256(nonzero)), sign);
+    const __m256 normal = _mm256_cmp_ps(a, min_normal, _CMP_GE_OQ);
+    const __m256i up =
+        _mm256_add_epi32(below_half, _mm256_and_si256(_mm256_srl_epi32(u, count), lsb));
+    const __m256i code_normal =
+        _mm256_sub_epi32(_mm256_srl_epi32(_mm256_add_epi32(u, up), count), rebias);
+    const __m256 t = _mm256_add_ps(a, c);
+    const __m256i code_subnormal = _mm256_sub_epi32(_mm256_castps_si256(t), _mm256_castps_si256(c));
+    const __m256 tie_normal = _mm256_and_ps(
+        normal, _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(u, dropped), half)));
+    const __m256 tie_subnormal = _mm256_andnot_ps(
+        normal, _mm256_cmp_ps(abs8(_mm256_sub_ps(a, _mm256_sub_ps(t, c))), half_step, _CMP_EQ_OQ));
+    if (_mm256_movemask_ps(_mm256_or_ps(tie_normal, tie_subnormal))) return i;
+    const __m256i code = _mm256_or_si256(
+        _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(code_subnormal),
+                                             _mm256_castsi256_ps(code_normal), normal)),
+        sign);
     const __m128i w =
         _mm_packus_epi32(_mm256_castsi256_si128(code), _mm256_extracti128_si256(code, 1));
     _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + i), _mm_packus_epi16(w, w));
@@ -399,17 +419,21 @@ GMMGEN_RUNS_AVX512 inline __m128i encode_fp8_x8(const Fp8Format& f, __m512d v) {
   return _mm512_cvtepi64_epi8(_mm512_mask_or_epi64(sign, nonzero, sign, code));
 }
 
-// encode_fp8_avx2 sixteen at a time: the same integer steps on the bits of the f32 quotients,
-// stopping at a group of sixteen that holds a tie. Each half takes its own scale block (blocks
-// are powers of two >= 16, so an eight never straddles two), so i may be any multiple of 8.
+// encode_fp8_avx2 sixteen at a time. Each half takes its own scale block (blocks are powers of
+// two >= 16, so an eight never straddles two), so i may be any multiple of 8.
 GMMGEN_RUNS_AVX512 int64_t encode_fp8_avx512(const Fp8Format& f, const float* x,
                                              const float* scales, int64_t every, int64_t i,
                                              int64_t n, uint8_t* codes) {
   const int shift = __builtin_ctzll(uint64_t(every));  // a power of two: no division per group
-  const __m512i one = _mm512_set1_epi32(1), emin = _mm512_set1_epi32(f.emin);
-  const int frac = f.precision - 1;  // stored significand bits
-  const __m512i implicit = _mm512_set1_epi32(1 << frac), full = _mm512_set1_epi32(1 << f.precision);
-  const __m512 max = _mm512_set1_ps(f.max), half_min = _mm512_set1_ps(f.half_min_subnormal);
+  const Fp8Steps k(f);
+  const int drop = k.drop;
+  const __m512i lsb = _mm512_set1_epi32(1), below_half = _mm512_set1_epi32(k.below_half);
+  const __m512i dropped = _mm512_set1_epi32(k.dropped), half = _mm512_set1_epi32(k.half);
+  const __m512i rebias = _mm512_set1_epi32(k.rebias);
+  const __m512 max = _mm512_set1_ps(f.max);
+  const __m512 min_normal = _mm512_castsi512_ps(_mm512_set1_epi32(int32_t(k.min_normal_bits)));
+  const __m512 c = _mm512_castsi512_ps(_mm512_set1_epi32(int32_t(k.c_bits)));
+  const __m512 half_step = _mm512_set1_ps(f.half_min_subnormal);
   for (; i + 16 <= n; i += 16) {
     const __m512 s = every == 1 ? _mm512_loadu_ps(scales + i)
                                 : _mm512_insertf32x8(_mm512_set1_ps(scales[i >> shift]),
@@ -418,30 +442,23 @@ GMMGEN_RUNS_AVX512 int64_t encode_fp8_avx512(const Fp8Format& f, const float* x,
     const __m512i sign =
         _mm512_and_si512(_mm512_srli_epi32(_mm512_castps_si512(q), 24), _mm512_set1_epi32(0x80));
     const __m512 a = _mm512_min_ps(_mm512_abs_ps(q), max);
-    const __mmask16 nonzero = _mm512_cmp_ps_mask(a, half_min, _CMP_GT_OQ);
     const __m512i u = _mm512_castps_si512(a);
-    const __m512i exp = _mm512_sub_epi32(_mm512_srli_epi32(u, 23), _mm512_set1_epi32(127));
-    const __m512i sig = _mm512_or_si512(_mm512_and_si512(u, _mm512_set1_epi32((1 << 23) - 1)),
-                                        _mm512_set1_epi32(1 << 23));
-    __m512i e = _mm512_max_epi32(exp, emin);
-    // Lanes that round to zero may shift by 32 or more: their shifts give 0, unused.
-    const __m512i sh = _mm512_add_epi32(_mm512_set1_epi32(23 - frac), _mm512_sub_epi32(e, exp));
-    __m512i m = _mm512_srlv_epi32(sig, sh);
-    const __m512i rest = _mm512_and_si512(sig, _mm512_sub_epi32(_mm512_sllv_epi32(one, sh), one));
-    const __m512i half = _mm512_sllv_epi32(one, _mm512_sub_epi32(sh, one));
-    const __mmask16 tie = (_mm512_cmpeq_epi32_mask(rest, half) & nonzero) |
-                          _mm512_cmp_ps_mask(a, half_min, _CMP_EQ_OQ);
+    const __mmask16 normal = _mm512_cmp_ps_mask(a, min_normal, _CMP_GE_OQ);
+    const __m512i up =
+        _mm512_add_epi32(below_half, _mm512_and_si512(_mm512_srli_epi32(u, drop), lsb));
+    const __m512i code_normal =
+        _mm512_sub_epi32(_mm512_srli_epi32(_mm512_add_epi32(u, up), drop), rebias);
+    const __m512 t = _mm512_add_ps(a, c);
+    const __m512i code_subnormal = _mm512_sub_epi32(_mm512_castps_si512(t), _mm512_castps_si512(c));
+    const __mmask16 tie =
+        _mm512_mask_cmpeq_epi32_mask(normal, _mm512_and_si512(u, dropped), half) |
+        _mm512_mask_cmp_ps_mask(_knot_mask16(normal),
+                                _mm512_abs_ps(_mm512_sub_ps(a, _mm512_sub_ps(t, c))), half_step,
+                                _CMP_EQ_OQ);
     if (tie) return i;
-    m = _mm512_mask_add_epi32(m, _mm512_cmpgt_epu32_mask(rest, half), m, one);
-    const __mmask16 carry = _mm512_cmpeq_epi32_mask(m, full);  // rounded up into the next binade
-    m = _mm512_mask_srli_epi32(m, carry, m, 1);
-    e = _mm512_mask_add_epi32(e, carry, e, one);
-    const __m512i biased = _mm512_add_epi32(_mm512_sub_epi32(e, emin), one);
-    const __m512i normal =
-        _mm512_or_si512(_mm512_slli_epi32(biased, frac), _mm512_sub_epi32(m, implicit));
-    const __m512i code = _mm512_mask_blend_epi32(_mm512_cmplt_epi32_mask(m, implicit), normal, m);
+    const __m512i code = _mm512_mask_blend_epi32(normal, code_subnormal, code_normal);
     _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i),
-                     _mm512_cvtepi32_epi8(_mm512_mask_or_epi32(sign, nonzero, sign, code)));
+                     _mm512_cvtepi32_epi8(_mm512_or_si512(code, sign)));
   }
   return i;
 }
