@@ -591,6 +591,43 @@ TEST(QuantizeCodes, Fp8RowsMatchEncodeCodeAtTies) {
     }
 }
 
+// The same for nf4 and t2 (sixteen codes at a time from f64 quotients and comparisons where the
+// host runs AVX-512): x = m * s for every midpoint m between neighbouring levels (its f32
+// neighbours too; m itself where it is an f32 value), with a power-of-two scale where x / s is
+// exactly m, and with the absmax scale of amax 1; rows of 16k + 13, then 2 rows of half of them,
+// then a tensor scale under fixed calibration (clipping some values first).
+TEST(QuantizeCodes, LevelRowsMatchEncodeCodeAtTies) {
+  std::mt19937 rng(9);
+  for (DType d : {DType::kNF4, DType::kT2})
+    for (const float amax : {1.0f, 0.25f}) {
+      const double qmax = codes::qmax(d);
+      const double s = double(float(double(amax) / qmax));  // the absmax scale
+      SCOPED_TRACE(std::string(to_string(d)) + " s=" + std::to_string(s));
+      std::vector<double> levels = code_table(d).values;
+      std::sort(levels.begin(), levels.end());
+      std::vector<float> v{amax};
+      for (size_t i = 0; i + 1 < levels.size(); ++i) {
+        const float tie = float((levels[i] + levels[i + 1]) / 2 * s);
+        v.insert(v.end(), {tie, std::nextafter(tie, -1e30f), std::nextafter(tie, 1e30f)});
+      }
+      std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+      while (v.size() < 64 || v.size() % 16 != 13) v.push_back(u(rng) * amax);  // t2: 3 levels
+      expect_codes_at_ties(d, v, s);
+      QuantizeOptions o;
+      o.dtype = d;
+      o.scheme = scheme("tensor");
+      o.calibration = parse_calibration("fixed:-0.1:0.2");
+      const int64_t n = int64_t(v.size());
+      std::vector<uint8_t> q(static_cast<size_t>(n));
+      float st = 0;
+      quantize(v.data(), 1, n, 0, o, q.data(), 0, &st, 0);
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(int(encode_code(d, std::clamp(double(v[size_t(i)]), -0.1, 0.2) / st)),
+                  int(codes::get_code(q.data(), i, bits_of(d))))
+            << "x=" << v[size_t(i)];
+    }
+}
+
 // ---- Calibration and scales -----------------------------------------------------------------
 
 TEST(QuantizeScales, AllZeroBlockHasScaleOneAndZeroCodes) {

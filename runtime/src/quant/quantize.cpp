@@ -59,6 +59,8 @@ struct Codec {
   // code i + 1 (ties go to the level nearer zero).
   double nf4_mid[15] = {};
   bool nf4_tie_up[15] = {};
+  // nf4 and t2 as counts of thresholds below the quotient, for the vector code.
+  quant_runs::LevelRun levels;
   explicit Codec(DType d) : dtype(d), qmax(codes::qmax(d)) {
     if (codes::is_fp8(d)) {
       const DTypeInfo& i = dtype_info(d);
@@ -69,6 +71,17 @@ struct Codec {
     for (int i = 0; i < 15; ++i) {
       nf4_mid[i] = (double(l[i]) + double(l[i + 1])) / 2;  // exact in f64
       nf4_tie_up[i] = std::fabs(l[i + 1]) < std::fabs(l[i]);
+    }
+    constexpr double kLow = -std::numeric_limits<double>::infinity();
+    if (d == DType::kNF4) {  // code i + 1 from midpoint i up (from it, where its tie goes up)
+      levels.bits = 4, levels.count = 15;
+      for (int i = 0; i < 15; ++i)
+        levels.thresholds[i] = nf4_tie_up[i] ? std::nextafter(nf4_mid[i], kLow) : nf4_mid[i];
+      for (int i = 0; i < 16; ++i) levels.map[i] = uint8_t(i);
+    } else if (d == DType::kT2) {  // -1 below -0.5, 0 up to +0.5 (ties go to even 0), else +1
+      levels.bits = 2, levels.count = 2;
+      levels.thresholds[0] = std::nextafter(-0.5, kLow), levels.thresholds[1] = 0.5;
+      levels.map[0] = 2, levels.map[1] = 0, levels.map[2] = 1;
     }
   }
 };
@@ -447,6 +460,14 @@ void encode_run(const Codec& k, const Source& src, const float* row, int64_t c0,
       r.bits = kBits, r.qmax = k.qmax;
       r.fixed = src.cal.kind == Calibration::Kind::kFixed, r.lo = src.cal.lo, r.hi = src.cal.hi;
       c += quant_runs::encode_int(r, row + c0, scales, every, c1 - c0, crow + c0 * kBits / 8);
+    }
+  }
+  if constexpr (D == DType::kNF4 || D == DType::kT2) {
+    if (c0 % (8 / kBits) == 0) {
+      const quant_runs::Clip clip{src.cal.kind == Calibration::Kind::kFixed, src.cal.lo,
+                                  src.cal.hi};
+      c += quant_runs::encode_levels(k.levels, clip, row + c0, scales, every, c1 - c0,
+                                     crow + c0 * kBits / 8);
     }
   }
   if constexpr (D == DType::kF8E4M3 || D == DType::kF8E5M2) {

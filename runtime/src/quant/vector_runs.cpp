@@ -4,6 +4,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <limits>
 
 #include "gmmgen/platform.hpp"
 
@@ -463,6 +464,60 @@ GMMGEN_RUNS_AVX512 int64_t encode_fp8_avx512(const Fp8Format& f, const float* x,
   return i;
 }
 
+// encode_levels sixteen at a time: two groups of eight f64 quotients, each code found by a
+// branch-free binary search over the thresholds (padded with +inf), then mapped.
+GMMGEN_RUNS_AVX512 int64_t encode_levels_avx512(const LevelRun& r, const Clip& clip, const float* x,
+                                                const float* scales, int64_t every, int64_t n,
+                                                uint8_t* codes) {
+  alignas(64) double t[16];
+  alignas(64) int64_t map[16];
+  for (int i = 0; i < 16; ++i) {
+    t[i] = i < r.count ? r.thresholds[i] : std::numeric_limits<double>::infinity();
+    map[i] = r.map[i];
+  }
+  const __m512d t_lo = _mm512_load_pd(t), t_hi = _mm512_load_pd(t + 8);
+  const __m512i map_lo = _mm512_load_si512(map), map_hi = _mm512_load_si512(map + 8);
+  const __m512d lo = _mm512_set1_pd(clip.lo), hi = _mm512_set1_pd(clip.hi);
+  const bool per_column = every == 1;
+  const int shift = __builtin_ctzll(uint64_t(every));  // a power of two: no division per group
+  // The search spans the 2 * first_step > count entries from t[0] (those past count are +inf).
+  const int64_t first_step = int64_t(std::bit_floor(unsigned(std::max(r.count, 1))));
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    __m512i c[2];
+    for (int j = 0; j < 2; ++j) {
+      const int64_t at = i + 8 * j;
+      __m512d v = _mm512_cvtps_pd(_mm256_loadu_ps(x + at));
+      if (clip.fixed) {  // std::clamp, as encode_fp8_exact
+        v = _mm512_mask_blend_pd(_mm512_cmp_pd_mask(v, lo, _CMP_LT_OQ), v, lo);
+        v = _mm512_mask_blend_pd(_mm512_cmp_pd_mask(hi, v, _CMP_LT_OQ), v, hi);
+      }
+      const __m512d s = per_column ? _mm512_cvtps_pd(_mm256_loadu_ps(scales + at))
+                                   : _mm512_set1_pd(double(scales[at >> shift]));
+      v = _mm512_div_pd(v, s);
+      __m512i k = _mm512_setzero_si512();
+      for (int64_t step = first_step; step > 0; step /= 2) {
+        const __m512i probe = _mm512_add_epi64(k, _mm512_set1_epi64(step - 1));
+        const __m512d m = _mm512_permutex2var_pd(t_lo, probe, t_hi);
+        k = _mm512_mask_add_epi64(k, _mm512_cmp_pd_mask(v, m, _CMP_GT_OQ), k,
+                                  _mm512_set1_epi64(step));
+      }
+      c[j] = _mm512_permutex2var_epi64(map_lo, k, map_hi);
+    }
+    const __m128i b = _mm_unpacklo_epi64(_mm512_cvtepi64_epi8(c[0]), _mm512_cvtepi64_epi8(c[1]));
+    if (r.bits == 4) {
+      _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + i / 2), nibbles(b));
+    } else {  // four codes per byte: c0 + 4 c1 per pair, then (c0 + 4 c1) + 16 (c2 + 4 c3)
+      const __m128i pairs = _mm_maddubs_epi16(b, _mm_set1_epi16(0x0401));
+      const __m128i quads = _mm_madd_epi16(pairs, _mm_set1_epi32(0x00100001));
+      const __m128i w = _mm_packus_epi32(quads, quads);
+      const int32_t packed = _mm_cvtsi128_si32(_mm_packus_epi16(w, w));
+      std::memcpy(codes + i / 4, &packed, 4);
+    }
+  }
+  return i;
+}
+
 GMMGEN_RUNS_AVX512 int64_t encode_fp8_exact_avx512(const Fp8Format& f, const Clip& clip,
                                                    const float* x, const float* scales,
                                                    bool per_column, int64_t n, uint8_t* codes) {
@@ -562,6 +617,15 @@ int64_t encode_fp8_exact(const Fp8Format& f, const Clip& clip, const float* x, c
     return encode_fp8_exact_avx512(f, clip, x, scales, per_column, n, codes);
 #endif
   (void)f, (void)clip, (void)x, (void)scales, (void)per_column, (void)n, (void)codes;
+  return 0;
+}
+
+int64_t encode_levels(const LevelRun& r, const Clip& clip, const float* x, const float* scales,
+                      int64_t every, int64_t n, uint8_t* codes) {
+#ifdef GMMGEN_QUANT_RUNS_X86
+  if (level() == Level::kAvx512) return encode_levels_avx512(r, clip, x, scales, every, n, codes);
+#endif
+  (void)r, (void)clip, (void)x, (void)scales, (void)every, (void)n, (void)codes;
   return 0;
 }
 

@@ -77,6 +77,23 @@ struct Clip {
   double lo = 0, hi = 0;
 };
 
+// A dtype whose code is picked by comparisons (nf4, t2): code = map[k], k the count of the
+// ascending thresholds t[0, count) below v = value(x) / s, both in f64 (a threshold that v must
+// reach rather than pass is given as the f64 value just below it). count <= 16.
+struct LevelRun {
+  int bits = 4;  // 4 (two codes per byte) or 2 (four per byte), the first in the lowest bits
+  double thresholds[16] = {};
+  int count = 0;
+  uint8_t map[17] = {};
+};
+
+// The codes of x[0, k) for the largest k <= n that the vector code covers (0 without AVX-512;
+// k a multiple of 16), s = scales[i / every] as in encode_int, value(x) clipped to [lo, hi]
+// first under fixed calibration: the scalar encoding's f64 quotient and comparisons, so every
+// code is the scalar's. `codes` points at the byte of element 0 (element 0 starts a byte).
+int64_t encode_levels(const LevelRun& r, const Clip& clip, const float* x, const float* scales,
+                      int64_t every, int64_t n, uint8_t* codes);
+
 // Whether encode_fp8_exact has vector code on this host (AVX-512).
 bool has_fp8_exact();
 
