@@ -568,6 +568,23 @@ TEST(QuantizeCodes, IntegerRowsMatchEncodeCodeAtTies) {
     }
 }
 
+// amax, then m * s rounded to f32 and its two f32 neighbours for every midpoint m between
+// neighbouring levels of d, then values in [-amax, amax] until the row has at least min_size
+// values and rest modulo mod.
+std::vector<float> midpoint_row(DType d, float amax, double s, std::mt19937& rng, size_t min_size,
+                                size_t mod, size_t rest) {
+  std::vector<double> levels = code_table(d).values;
+  std::sort(levels.begin(), levels.end());
+  std::vector<float> v{amax};
+  for (size_t i = 0; i + 1 < levels.size(); ++i) {
+    const float tie = float((levels[i] + levels[i + 1]) / 2 * s);
+    v.insert(v.end(), {tie, std::nextafter(tie, -1e30f), std::nextafter(tie, 1e30f)});
+  }
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  while (v.size() < min_size || v.size() % mod != rest) v.push_back(u(rng) * amax);
+  return v;
+}
+
 // The same for fp8 (sixteen or eight codes at a time from f32 quotients): x = m * s rounded to
 // f32 for every midpoint m between neighbouring levels, subnormal ones included, and its
 // neighbours; then with s a power of two, where x / s is exactly m.
@@ -578,16 +595,7 @@ TEST(QuantizeCodes, Fp8RowsMatchEncodeCodeAtTies) {
       const double qmax = codes::qmax(d);
       const double s = double(float(double(amax) / qmax));  // the absmax scale
       SCOPED_TRACE(std::string(to_string(d)) + " s=" + std::to_string(s));
-      std::vector<double> levels = code_table(d).values;
-      std::sort(levels.begin(), levels.end());
-      std::vector<float> v{amax};
-      for (size_t i = 0; i + 1 < levels.size(); ++i) {
-        const float tie = float((levels[i] + levels[i + 1]) / 2 * s);
-        v.insert(v.end(), {tie, std::nextafter(tie, -1e30f), std::nextafter(tie, 1e30f)});
-      }
-      std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-      while (v.size() % 32 != 21) v.push_back(u(rng) * amax);
-      expect_codes_at_ties(d, v, s);
+      expect_codes_at_ties(d, midpoint_row(d, amax, s, rng, 0, 32, 21), s);
     }
 }
 
@@ -603,15 +611,7 @@ TEST(QuantizeCodes, LevelRowsMatchEncodeCodeAtTies) {
       const double qmax = codes::qmax(d);
       const double s = double(float(double(amax) / qmax));  // the absmax scale
       SCOPED_TRACE(std::string(to_string(d)) + " s=" + std::to_string(s));
-      std::vector<double> levels = code_table(d).values;
-      std::sort(levels.begin(), levels.end());
-      std::vector<float> v{amax};
-      for (size_t i = 0; i + 1 < levels.size(); ++i) {
-        const float tie = float((levels[i] + levels[i + 1]) / 2 * s);
-        v.insert(v.end(), {tie, std::nextafter(tie, -1e30f), std::nextafter(tie, 1e30f)});
-      }
-      std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-      while (v.size() < 64 || v.size() % 16 != 13) v.push_back(u(rng) * amax);  // t2: 3 levels
+      const std::vector<float> v = midpoint_row(d, amax, s, rng, 64, 16, 13);  // t2: 3 levels
       expect_codes_at_ties(d, v, s);
       QuantizeOptions o;
       o.dtype = d;
