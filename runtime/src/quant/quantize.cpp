@@ -55,11 +55,7 @@ struct Codec {
   // normal exponent, largest value) and half its smallest subnormal (at most that rounds to 0).
   int precision = 0, emin = 0;
   double max = 0.0, half_min_subnormal = 0.0;
-  // nf4: the midpoints between neighbouring levels, and whether a tie at midpoint i goes up to
-  // code i + 1 (ties go to the level nearer zero).
-  double nf4_mid[15] = {};
-  bool nf4_tie_up[15] = {};
-  // nf4 and t2 as counts of thresholds below the quotient, for the vector code.
+  // nf4 and t2: the code is a count of thresholds below v, mapped (quant_runs::LevelRun).
   quant_runs::LevelRun levels;
   explicit Codec(DType d) : dtype(d), qmax(codes::qmax(d)) {
     if (codes::is_fp8(d)) {
@@ -67,17 +63,17 @@ struct Codec {
       precision = i.precision, emin = i.emin, max = i.max_finite;
       half_min_subnormal = std::ldexp(1.0, emin - precision);
     }
-    const float* l = codes::kNf4Levels;
-    for (int i = 0; i < 15; ++i) {
-      nf4_mid[i] = (double(l[i]) + double(l[i + 1])) / 2;  // exact in f64
-      nf4_tie_up[i] = std::fabs(l[i + 1]) < std::fabs(l[i]);
-    }
+    // A threshold that v must reach (a tie that goes up) is the f64 value just below it.
     constexpr double kLow = -std::numeric_limits<double>::infinity();
-    if (d == DType::kNF4) {  // code i + 1 from midpoint i up (from it, where its tie goes up)
+    if (d == DType::kNF4) {  // the nearest level; a tie goes to the level nearer zero
+      const float* l = codes::kNf4Levels;
       levels.bits = 4, levels.count = 15;
-      for (int i = 0; i < 15; ++i)
-        levels.thresholds[i] = nf4_tie_up[i] ? std::nextafter(nf4_mid[i], kLow) : nf4_mid[i];
-      for (int i = 0; i < 16; ++i) levels.map[i] = uint8_t(i);
+      for (int i = 0; i < 15; ++i) {
+        const double mid = (double(l[i]) + double(l[i + 1])) / 2;  // exact in f64
+        const bool tie_up = std::fabs(l[i + 1]) < std::fabs(l[i]);
+        levels.thresholds[i] = tie_up ? std::nextafter(mid, kLow) : mid;
+      }
+      for (int i = 0; i < 16; ++i) levels.map[i] = i;
     } else if (d == DType::kT2) {  // -1 below -0.5, 0 up to +0.5 (ties go to even 0), else +1
       levels.bits = 2, levels.count = 2;
       levels.thresholds[0] = std::nextafter(-0.5, kLow), levels.thresholds[1] = 0.5;
@@ -115,11 +111,11 @@ uint8_t encode_fp8(const Codec& k, double v) {
   return uint8_t(sign | ((e - k.emin + 1) << frac) | (m - (uint64_t(1) << frac)));
 }
 
-// The nearest level: the count of midpoints below v (branch-free; levels are increasing).
-uint8_t encode_nf4(const Codec& k, double v) {
-  int code = 0;
-  for (int i = 0; i < 15; ++i) code += (v > k.nf4_mid[i]) | ((v == k.nf4_mid[i]) & k.nf4_tie_up[i]);
-  return uint8_t(code);
+// nf4 and t2: the count of thresholds below v (branch-free), mapped to the code.
+uint8_t encode_level(const quant_runs::LevelRun& r, double v) {
+  int below = 0;
+  for (int i = 0; i < r.count; ++i) below += v > r.thresholds[i];
+  return uint8_t(r.map[below]);
 }
 
 template <DType D>
@@ -128,11 +124,8 @@ uint8_t encode(const Codec& k, double v) {
     // Clamping to the integer bounds first gives the same result as rounding first.
     const int q = int(round_even(std::clamp(v, -k.qmax, k.qmax)));
     return D == DType::kI8 ? uint8_t(int8_t(q)) : uint8_t(q & 15);
-  } else if constexpr (D == DType::kT2) {
-    const double q = round_even(std::clamp(v, -1.0, 1.0));
-    return q > 0 ? 1 : q < 0 ? 2 : 0;
-  } else if constexpr (D == DType::kNF4) {
-    return encode_nf4(k, v);
+  } else if constexpr (D == DType::kT2 || D == DType::kNF4) {
+    return encode_level(k.levels, v);
   } else {
     static_assert(D == DType::kF8E4M3 || D == DType::kF8E5M2);
     return encode_fp8(k, v);

@@ -4,7 +4,6 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
-#include <limits>
 
 #include "gmmgen/platform.hpp"
 
@@ -465,18 +464,12 @@ GMMGEN_RUNS_AVX512 int64_t encode_fp8_avx512(const Fp8Format& f, const float* x,
 }
 
 // encode_levels sixteen at a time: two groups of eight f64 quotients, each code found by a
-// branch-free binary search over the thresholds (padded with +inf), then mapped.
+// branch-free binary search over the sixteen thresholds, then mapped.
 GMMGEN_RUNS_AVX512 int64_t encode_levels_avx512(const LevelRun& r, const Clip& clip, const float* x,
                                                 const float* scales, int64_t every, int64_t n,
                                                 uint8_t* codes) {
-  alignas(64) double t[16];
-  alignas(64) int64_t map[16];
-  for (int i = 0; i < 16; ++i) {
-    t[i] = i < r.count ? r.thresholds[i] : std::numeric_limits<double>::infinity();
-    map[i] = r.map[i];
-  }
-  const __m512d t_lo = _mm512_load_pd(t), t_hi = _mm512_load_pd(t + 8);
-  const __m512i map_lo = _mm512_load_si512(map), map_hi = _mm512_load_si512(map + 8);
+  const __m512d t_lo = _mm512_load_pd(r.thresholds), t_hi = _mm512_load_pd(r.thresholds + 8);
+  const __m512i map_lo = _mm512_load_si512(r.map), map_hi = _mm512_load_si512(r.map + 8);
   const __m512d lo = _mm512_set1_pd(clip.lo), hi = _mm512_set1_pd(clip.hi);
   const bool per_column = every == 1;
   const int shift = __builtin_ctzll(uint64_t(every));  // a power of two: no division per group

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 
 namespace gmmgen::quant_runs {
 
@@ -79,12 +80,15 @@ struct Clip {
 
 // A dtype whose code is picked by comparisons (nf4, t2): code = map[k], k the count of the
 // ascending thresholds t[0, count) below v = value(x) / s, both in f64 (a threshold that v must
-// reach rather than pass is given as the f64 value just below it). count <= 16.
+// reach rather than pass is given as the f64 value just below it). count < 16; the entries past
+// count stay +inf, so that a search over all sixteen counts the same.
 struct LevelRun {
+  static constexpr double kInf = std::numeric_limits<double>::infinity();
   int bits = 4;  // 4 (two codes per byte) or 2 (four per byte), the first in the lowest bits
-  double thresholds[16] = {};
   int count = 0;
-  uint8_t map[17] = {};
+  alignas(64) double thresholds[16] = {kInf, kInf, kInf, kInf, kInf, kInf, kInf, kInf,
+                                       kInf, kInf, kInf, kInf, kInf, kInf, kInf, kInf};
+  alignas(64) int64_t map[16] = {};
 };
 
 // The codes of x[0, k) for the largest k <= n that the vector code covers (0 without AVX-512;
