@@ -99,6 +99,11 @@ TEST(TilingRules, HeuristicNamesTheRulesItApplied) {
   applied.clear();
   EXPECT_EQ((Tiling{512, 256, 128}), heuristic_tiling(s, 512, Isa::kNative, &applied));
   EXPECT_EQ((std::vector<std::string_view>{"gmm-rows", "gmm-int-large"}), applied);
+  applied.clear();  // small groups: narrower items than other small groups'
+  EXPECT_EQ((Tiling{512, 128, 128}), heuristic_tiling(s, 16, Isa::kNative, &applied));
+  EXPECT_EQ((std::vector<std::string_view>{"gmm-rows", "gmm-small", "gmm-int-nk-small"}), applied);
+  s.isa = Isa::kAvx2;  // not on avx2
+  EXPECT_EQ((Tiling{512, 256, 256}), heuristic_tiling(s, 16, Isa::kNative, nullptr));
   s.transpose_rhs = false;
   s.isa = Isa::kAmx;  // AMX tiles (tdpbssd): wider items, k-blocks kept at 128
   applied.clear();

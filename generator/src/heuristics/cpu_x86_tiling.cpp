@@ -130,6 +130,7 @@ std::span<const TilingRule> cpu_tiling_rules() {
     TilingRule{"gmm-avx2-f32-kn-small",    Op::kGmm,   kAvx2,            kF32Rhs,          kKN,         kSmall,    kAnyWidth,  keep,      set(64),    keep},
     TilingRule{"gmm-bf16-pairs-small",     Op::kGmm,   kAvx512Bf16,      kBf16xBf16,       kKN,         kSmall,    kAnyWidth,  keep,      keep,       set(64)},
     TilingRule{"gmm-avx512-f32-nk-small",  Op::kGmm,   avx512s,          kF32Rhs,          kNK,         kSmall,    kAnyWidth,  keep,      set(512),   set(128)},
+    TilingRule{"gmm-int-nk-small",         Op::kGmm,   kAvx512Bf16,      kIntDot,          kNK,         kSmall,    kAnyWidth,  keep,      keep,       set(128)},
     TilingRule{"gmm-amx-f32-kn-small",     Op::kGmm,   kAmx,             kF32Rhs,          kKN,         kSmall,    kAnyWidth,  keep,      set(32),    spread(2048)},
     TilingRule{"gmm-f32-quantized-small",  Op::kGmm,   kAmx | avx512s,   kF32xQuantized,   kAnyLayout,  kSmall,    kAnyWidth,  keep,      set(64),    halves(512)},
     TilingRule{"gmm-amx-bf16-quantized",   Op::kGmm,   kAmx,             kBf16xQuantized,  kAnyLayout,  kAnyRows,  kAnyWidth,  keep,      set(256),   keep},
