@@ -762,12 +762,13 @@ TEST(QuantizePacking, NeighbouringCodesAndPaddingAreUntouched) {
 // ---- Dual quantization -----------------------------------------------------------------------
 
 TEST(QuantizeDual, EqualsTwoSingleCallsBitForBit) {
-  // The last shape is split over the quantizers' pool.
-  const std::pair<int64_t, int64_t> shapes[] = {{1, 37},  {70, 45}, {33, 67},
-                                                {16, 16}, {5, 1},   {200, 171}};
+  // The last two shapes are split over the quantizers' pool (the last: partial 128-row panels
+  // and blocks at both ends of the split).
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 37}, {70, 45},   {33, 67},  {16, 16},
+                                                {5, 1},  {200, 171}, {300, 290}};
   uint64_t seed = 11;
   for (DType d : kQuantized)
-    for (const char* s : {"block:16", "block:32"})
+    for (const char* s : {"block:16", "block:32", "block:128"})
       for (const char* cal : {"absmax", "fixed:-0.5:3"})
         for (const auto& shape : shapes) {
           // Plain names, not a structured binding: the lambdas below capture them (C++20 only).
@@ -1006,6 +1007,22 @@ TEST(QuantizeErrors, DualAndDequantizeValidateToo) {
         quantize_dual(x.data(), 8, 20, 0, o, rq.data(), 0, rs.data(), 0, cq.data(), 0, nullptr, 0);
       },
       "col_scales is null");
+  // A value that is not finite, under either calibration: the first in row-major order is
+  // named, and nothing is written (the maxima read every value before any code is written).
+  for (const char* cal : {"absmax", "fixed:-1:1"}) {
+    std::vector<float> bad = x;
+    bad[7 * 20 + 19] = std::numeric_limits<float>::quiet_NaN();
+    bad[5 * 20 + 3] = -std::numeric_limits<float>::infinity();
+    throws(
+        [&] {
+          DualQuantizeOptions o;
+          o.scheme = scheme("block:16");
+          o.calibration = parse_calibration(cal);
+          quantize_dual(bad.data(), 8, 20, 0, o, rq.data(), 0, rs.data(), 0, cq.data(), 0,
+                        cs.data(), 0);
+        },
+        "x[5, 3]=-inf is not finite");
+  }
   for (uint8_t b : rq) ASSERT_EQ(kCodePoison, b);
   for (uint8_t b : cq) ASSERT_EQ(kCodePoison, b);
   for (float f : rs) ASSERT_EQ(kScalePoison, f);

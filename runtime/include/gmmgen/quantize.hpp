@@ -107,8 +107,9 @@ struct DualQuantizeOptions {
 
 // An activation x [M, K] quantized row-wise (1xB blocks along K, as quantize with axis = cols:
 // row_codes [M, K], row_scales [M, ceil(K/B)]) and column-wise (Bx1 blocks along M, as quantize
-// with axis = rows: col_codes [M, K], col_scales [ceil(M/B), K]) in one pass over x, one BxB
-// tile at a time. Bit for bit the results of the two quantize calls.
+// with axis = rows: col_codes [M, K], col_scales [ceil(M/B), K]) in one call that reads x twice,
+// B rows at a time: the maxima of both (every value checked before anything is written), then
+// each row encoded both ways. Bit for bit the results of the two quantize calls.
 void quantize_dual(const float* x, int64_t rows, int64_t cols, int64_t x_ld,
                    const DualQuantizeOptions& o, void* row_codes, int64_t row_codes_ld,
                    float* row_scales, int64_t row_scales_ld, void* col_codes, int64_t col_codes_ld,

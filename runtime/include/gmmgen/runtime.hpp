@@ -109,7 +109,7 @@ struct VjpTiling {
 // out = gmm(lhs codes 1xB, rhs codes) the products are
 //   dlhs = gmm(dout quantized 1xB along N, rhs codes read transposed: the same codes, the same
 //          scale array), drhs = tgmm(lhs codes Bx1 along M, dout quantized Bx1 along M),
-// dout being dual-quantized by the runtime in one pass (quantize_dual). gmm_vjp's `lhs` is then
+// dout being dual-quantized by the runtime in one call (quantize_dual). gmm_vjp's `lhs` is then
 // the activation as tgmm reads it: the column-wise half of quantize_dual (or any f32/bf16
 // activation, e.g. dequantized codes, with scheme none).
 struct QuantVjp {

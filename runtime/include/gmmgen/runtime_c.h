@@ -172,7 +172,8 @@ int gmmgen_quantize(const float* x, int64_t rows, int64_t cols, int64_t x_ld, in
 
 /* An activation x [M, K] quantized with scheme "block:B" both row-wise (row_codes [M, K],
  * row_scales [M, ceil(K/B)]: as gmmgen_quantize with axis COLS) and column-wise (col_codes
- * [M, K], col_scales [ceil(M/B), K]: axis ROWS), in one pass over x; bit for bit the two calls. */
+ * [M, K], col_scales [ceil(M/B), K]: axis ROWS), in one call that reads x twice (the maxima,
+ * then both encodings); bit for bit the two calls. */
 int gmmgen_quantize_dual(const float* x, int64_t rows, int64_t cols, int64_t x_ld, int32_t dtype,
                          const char* scheme, const char* calibration, void* row_codes,
                          int64_t row_codes_ld, float* row_scales, int64_t row_scales_ld,

@@ -14,6 +14,7 @@
 #include <initializer_list>
 #include <limits>
 #include <mutex>
+#include <span>
 #include <type_traits>
 #include <vector>
 
@@ -660,49 +661,62 @@ void block_scales(const Source& src, const Codec& k, const Layout& l, float* sca
             });
 }
 
-// Both quantizations of every BxB tile from one read of it: the tile's row amaxes are whole
-// 1xB blocks and its column amaxes whole Bx1 blocks, so the tile is encoded twice while it is
-// in cache. The arithmetic is quantize_panels' (same amax, scale and code functions). Rows of
-// tiles are split over the pool.
+// Both quantizations of x, `block` rows (a panel) at a time: first each row's 1xB block maxima
+// and each panel's Bx1 column maxima, every row read whole and in order (a maximum that is not
+// finite marks a value that is not: nothing is written then, and false returned); then, with
+// every scale known, each row encoded twice, row-wise by its blocks and column-wise by its
+// panel's column scales, codes written in order. Read and written a BxB tile at a time, rows B
+// apart, neither stream was one the prefetchers follow. The arithmetic is quantize_panels' (same
+// amax, scale and code functions); panels are split over the pool.
 template <DType D>
-void quantize_tiles(const Source& src, const Codec& k, int64_t block, const Output& rows_out,
-                    const Output& cols_out) {
+bool quantize_dual_panels(const Source& src, const Codec& k, int64_t block, const Output& rows_out,
+                          const Output& cols_out) {
+  const int64_t rows = src.rows, cols = src.cols;
+  const int64_t nbr = ceil_div(rows, block), nbc = ceil_div(cols, block);
   const bool fixed = src.cal.kind == Calibration::Kind::kFixed;
-  for_items(*src.pool, ceil_div(src.rows, block), src.rows * src.cols,
-            [&](int64_t bi0, int64_t bi1) {
-              std::vector<float> rs(static_cast<size_t>(block)), cs(static_cast<size_t>(block));
-              for (int64_t bi = bi0; bi < bi1; ++bi) {
-                const int64_t r0 = bi * block, r1 = std::min(src.rows, r0 + block);
-                for (int64_t bj = 0; bj * block < src.cols; ++bj) {
-                  const int64_t c0 = bj * block, c1 = std::min(src.cols, c0 + block);
-                  const int64_t nr = r1 - r0, nc = c1 - c0;
-                  if (fixed) {
-                    std::fill(rs.begin(), rs.begin() + nr, src.fixed_scale);
-                    std::fill(cs.begin(), cs.begin() + nc, src.fixed_scale);
-                  } else {
-                    std::fill(cs.begin(), cs.begin() + nc, 0.0f);
-                    for (int64_t r = r0; r < r1; ++r) {
-                      const float* row = src.x + r * src.ld + c0;
-                      rs[r - r0] = quant_runs::amax(row, nc, 0.0f);
-                      quant_runs::amax_columns(cs.data(), row, nc);
-                    }
-                    for (int64_t i = 0; i < nr; ++i) rs[i] = absmax_scale(rs[i], k.qmax);
-                    for (int64_t i = 0; i < nc; ++i) cs[i] = absmax_scale(cs[i], k.qmax);
-                  }
-                  for (int64_t r = r0; r < r1; ++r)
-                    rows_out.scales[rows_out.layout.index(r, bj)] = rs[r - r0];
-                  for (int64_t c = c0; c < c1; ++c)
-                    cols_out.scales[cols_out.layout.index(bi, c)] = cs[c - c0];
-                  for (int64_t r = r0; r < r1; ++r) {
-                    const float* row = src.x + r * src.ld;
-                    uint8_t* rcodes = rows_out.codes + r * rows_out.code_stride;
-                    uint8_t* ccodes = cols_out.codes + r * cols_out.code_stride;
-                    encode_run<D>(k, src, row, c0, c1, &rs[size_t(r - r0)], kOneScale, rcodes);
-                    encode_run<D>(k, src, row, c0, c1, cs.data(), 1, ccodes);
-                  }
-                }
-              }
-            });
+  // Row-wise scales [rows, nbc] and column-wise ones [nbr, cols]: maxima first (fixed
+  // calibration: none, every scale is src.fixed_scale).
+  std::vector<float> rs(fixed ? 0 : size_t(rows * nbc), 0.0f),
+      cs(fixed ? 0 : size_t(nbr * cols), 0.0f);
+  if (!fixed) {
+    std::atomic<bool> finite{true};
+    for_items(*src.pool, nbr, rows * cols, [&](int64_t bi0, int64_t bi1) {
+      std::vector<float> buf = src.row_buffer();
+      for (int64_t bi = bi0; bi < bi1; ++bi) {
+        const int64_t r0 = bi * block, r1 = std::min(rows, r0 + block);
+        float* const c = cs.data() + bi * cols;
+        for (int64_t r = r0; r < r1; ++r) {
+          const float* row = src.row(r, 0, cols, buf.data());
+          quant_runs::amax_blocks(row, cols, block, rs.data() + r * nbc);
+          quant_runs::amax_columns(c, row, cols);
+        }
+        const auto is_finite = [](float m) { return std::isfinite(m); };
+        if (!std::all_of(c, c + cols, is_finite)) finite.store(false);
+        for (float& m : std::span(c, size_t(cols))) m = absmax_scale(m, k.qmax);
+        for (float& m : std::span(rs.data() + r0 * nbc, size_t((r1 - r0) * nbc)))
+          m = absmax_scale(m, k.qmax);
+      }
+    });
+    if (!finite) return false;
+  }
+  for_items(*src.pool, nbr, rows * cols, [&](int64_t bi0, int64_t bi1) {
+    std::vector<float> buf = src.row_buffer(), fixed_row(fixed ? size_t(nbc) : 0, src.fixed_scale),
+                       fixed_cols(fixed ? size_t(cols) : 0, src.fixed_scale);
+    for (int64_t bi = bi0; bi < bi1; ++bi) {
+      const int64_t r0 = bi * block, r1 = std::min(rows, r0 + block);
+      const float* const c = fixed ? fixed_cols.data() : cs.data() + bi * cols;
+      for (int64_t j = 0; j < cols; ++j) cols_out.scales[cols_out.layout.index(bi, j)] = c[j];
+      for (int64_t r = r0; r < r1; ++r) {
+        const float* const s = fixed ? fixed_row.data() : rs.data() + r * nbc;
+        for (int64_t bj = 0; bj < nbc; ++bj) rows_out.scales[rows_out.layout.index(r, bj)] = s[bj];
+        // Blocks are powers of two >= 16: a whole row is one run of a scale per block.
+        const float* row = src.row(r, 0, cols, buf.data());
+        encode_run<D>(k, src, row, 0, cols, s, block, rows_out.codes + r * rows_out.code_stride);
+        encode_run<D>(k, src, row, 0, cols, c, 1, cols_out.codes + r * cols_out.code_stride);
+      }
+    }
+  });
+  return true;
 }
 
 // x holds f32 values, or bf16 bit patterns when x_dtype is bf16.
@@ -920,9 +934,11 @@ void quantize_dual(const float* x, int64_t rows, int64_t cols, int64_t x_ld,
   if (rows == 0 || cols == 0) return;
   const Codec k(o.dtype);
   const Source src = make_source(x, DType::kF32, rows, cols, ld, o.calibration, k, process_pool());
-  check_finite(src);
+  // Under absmax calibration the maxima see every value first; fixed scales need the check.
+  if (o.calibration.kind == Calibration::Kind::kFixed) check_finite(src);
   with_dtype(o.dtype, [&](auto d) {
-    quantize_tiles<decltype(d)::value>(src, k, o.scheme.block_k, rows_out, cols_out);
+    if (!quantize_dual_panels<decltype(d)::value>(src, k, o.scheme.block_k, rows_out, cols_out))
+      check_finite(src);  // names the first value that is not finite
   });
 }
 
