@@ -27,10 +27,14 @@
 namespace gmmgen {
 namespace {
 
-// Columns of one panel when blocks are narrow: 256 f32 per row keeps a 128-row panel in L2. A
-// panel of one row (1xB blocks) takes 4096: 16 KiB stay in L1 from the maxima to the codes, and
-// the maxima of 16 blocks are taken at once.
-constexpr int64_t kPanelCols = 256, kRowPanelCols = 4096;
+// Columns of one panel of several rows where it takes its own maxima and encodes from them: 256
+// f32 per row keeps a 128-row panel in L2. Where its scales are known before (taken by an
+// earlier pass over x, or fixed), or where it only takes maxima, a panel's rows are read once
+// each, and wider: WIDE_COLS f32 (16 KiB) per row, a run the prefetchers follow (at 256, 1 KiB
+// runs 16 KiB apart, each row's first lines were demand misses). A panel of one row (1xB blocks)
+// takes 4096 either way: 16 KiB stay in L1 from the maxima to the codes, and the maxima of 16
+// blocks are taken at once.
+constexpr int64_t kPanelCols = 256, kWidePanelCols = 4096, kRowPanelCols = 4096;
 
 [[noreturn]] void fail(const std::string& msg) {
   throw InvalidArgument(msg);
@@ -420,6 +424,7 @@ struct Source {
     return buf;
   }
   std::vector<float> row_buffer() const { return std::vector<float>(bf16 ? size_t(cols) : 0); }
+
   float at(int64_t r, int64_t c) const {
     return x ? x[r * ld + c] : std::bit_cast<float>(uint32_t(bf16[r * ld + c]) << 16);
   }
@@ -531,7 +536,8 @@ void for_items(ThreadPool& pool, int64_t count, int64_t elements,
 }
 
 // The work items of a layout: panels of one block row and `chunk` block columns, `chunks` per
-// block row (panels of kRowPanelCols columns for 1xB blocks, else kPanelCols).
+// block row (panels of kRowPanelCols columns for 1xB blocks, else kPanelCols, or kWidePanelCols
+// where each row is read once).
 struct Panels {
   int64_t chunk = 1, chunks = 1;
   // Panel (bi, cj): rows [r0, r1), block columns [bj0, bj0 + nb), columns [c0, c1).
@@ -545,8 +551,12 @@ struct Panels {
   }
 };
 
-Panels panels_of(const Layout& l) {
-  const int64_t cols = l.br == 1 ? kRowPanelCols : kPanelCols;
+Panels panels_of(const Layout& l, const Source& src, bool read_once) {
+  int64_t cols = l.br == 1 ? kRowPanelCols : kPanelCols;
+  if (l.br > 1 && read_once) {  // no wider than gives each of the pool's threads a panel
+    const int64_t per_block_row = ceil_div(src.pool->size(), l.grid_rows);
+    cols = std::clamp(ceil_div(src.cols, per_block_row), kPanelCols, kWidePanelCols);
+  }
   Panels p;
   p.chunk = std::min(l.grid_cols, std::max<int64_t>(1, cols / l.bc));
   p.chunks = ceil_div(l.grid_cols, p.chunk);
@@ -634,7 +644,9 @@ template <DType D>
 void quantize_panels(const Source& src, const Codec& k, const Output& out) {
   const Layout& l = out.layout;
   if (out.scales && l.grid_rows == 1 && l.grid_cols == 1) return quantize_one_block<D>(src, k, out);
-  const Panels panels = panels_of(l);
+  // A panel takes its own maxima (reading its rows twice) unless its scales are known already.
+  const bool own_maxima = out.scales && src.cal.kind == Calibration::Kind::kAbsmax && !src.scales;
+  const Panels panels = panels_of(l, src, !own_maxima);
   for_items(*src.pool, l.grid_rows * panels.chunks, src.rows * src.cols,
             [&](int64_t i0, int64_t i1) {
               std::vector<float> s(static_cast<size_t>(panels.chunk)), buf = src.row_buffer();
@@ -644,10 +656,10 @@ void quantize_panels(const Source& src, const Codec& k, const Output& out) {
             });
 }
 
-// Every block's absmax scale into scales ([grid_rows, grid_cols]), over the panels quantize_panels
-// uses, split over the pool; a block whose maximum is not finite sets *src.bad.
+// Every block's absmax scale into scales ([grid_rows, grid_cols]), over wide panels split over
+// the pool; a block whose maximum is not finite sets *src.bad.
 void block_scales(const Source& src, const Codec& k, const Layout& l, float* scales) {
-  const Panels panels = panels_of(l);
+  const Panels panels = panels_of(l, src, true);
   for_items(*src.pool, l.grid_rows * panels.chunks, src.rows * src.cols,
             [&](int64_t i0, int64_t i1) {
               std::vector<float> buf = src.row_buffer();
