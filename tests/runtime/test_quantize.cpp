@@ -966,6 +966,20 @@ TEST(QuantizeErrors, NameTheParameterAndLeaveOutputsUntouched) {
         c.x[12 * 40 + 7] = std::nanf("");
       },
       "x[12, 7]=nan is not finite");
+  // Channel scales along rows: one block row, cut into slabs of rows for the pool's threads and
+  // their maxima merged; a value only the last slab reads is still found.
+  expect_error(
+      [](QuantizeCall& c) {
+        c.o.scheme = Quant{QuantKind::kChannel, 0, 0};
+        c.o.axis = QuantAxis::kRows;
+        c.rows = 1000;
+        c.x.assign(size_t(1000 * 40), 0.5f);
+        c.xp = c.x.data();
+        c.q.assign(size_t(1000 * 20), kCodePoison);
+        c.qp = c.q.data();
+        c.x[998 * 40 + 17] = std::nanf("");
+      },
+      "x[998, 17]=nan is not finite");
   expect_error([](QuantizeCall& c) { c.qp = const_cast<float*>(c.x.data() + 3); },
                "codes overlaps x");
   expect_error([](QuantizeCall& c) { c.sp = reinterpret_cast<float*>(c.q.data() + 64); },

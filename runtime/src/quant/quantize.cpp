@@ -30,7 +30,7 @@ namespace {
 // Columns of one panel of several rows where it takes its own maxima and encodes from them: 256
 // f32 per row keeps a 128-row panel in L2. Where its scales are known before (taken by an
 // earlier pass over x, or fixed), or where it only takes maxima, a panel's rows are read once
-// each, and wider: WIDE_COLS f32 (16 KiB) per row, a run the prefetchers follow (at 256, 1 KiB
+// each, and wider: 4096 f32 (16 KiB) per row, a run the prefetchers follow (at 256, 1 KiB
 // runs 16 KiB apart, each row's first lines were demand misses). A panel of one row (1xB blocks)
 // takes 4096 either way: 16 KiB stay in L1 from the maxima to the codes, and the maxima of 16
 // blocks are taken at once.
@@ -535,62 +535,81 @@ void for_items(ThreadPool& pool, int64_t count, int64_t elements,
   if (failed) std::rethrow_exception(failed);
 }
 
-// The work items of a layout: panels of one block row and `chunk` block columns, `chunks` per
-// block row (panels of kRowPanelCols columns for 1xB blocks, else kPanelCols, or kWidePanelCols
-// where each row is read once).
+// The work items of a layout: panels of one block row (or of a slab of its rows) and `chunk`
+// block columns, `chunks` per block row (panels of kRowPanelCols columns for 1xB blocks, else
+// kPanelCols, or kWidePanelCols where each row is read once).
 struct Panels {
   int64_t chunk = 1, chunks = 1;
-  // Panel (bi, cj): rows [r0, r1), block columns [bj0, bj0 + nb), columns [c0, c1).
+  int64_t slabs = 1, slab_rows = 1;  // row slabs per block row, and rows per slab
+  // Panel `item`: block row bi, slab sl of it, rows [r0, r1) (empty past the last row), block
+  // columns [bj0, bj0 + nb), columns [c0, c1).
   struct At {
-    int64_t r0, r1, bj0, nb, c0, c1;
+    int64_t bi, sl, r0, r1, bj0, nb, c0, c1;
   };
-  At at(const Layout& l, int64_t rows, int64_t cols, int64_t bi, int64_t cj) const {
+  int64_t count(const Layout& l) const { return l.grid_rows * slabs * chunks; }
+  At at(const Layout& l, int64_t rows, int64_t cols, int64_t item) const {
+    const int64_t cj = item % chunks, bi = item / chunks / slabs, sl = item / chunks % slabs;
     const int64_t bj0 = cj * chunk, nb = std::min(chunk, l.grid_cols - bj0);
-    return {bi * l.br,  std::min(rows, bi * l.br + l.br), bj0, nb,
-            bj0 * l.bc, std::min(cols, (bj0 + nb) * l.bc)};
+    const int64_t r0 = std::min(rows, bi * l.br + sl * slab_rows);
+    const int64_t r1 = std::min({rows, bi * l.br + l.br, r0 + slab_rows});
+    return {bi, sl, r0, r1, bj0, nb, bj0 * l.bc, std::min(cols, (bj0 + nb) * l.bc)};
   }
 };
 
+// Panels read once are whole rows up to kWidePanelCols; where there are fewer block rows than
+// the pool has threads, each block row is cut into slabs of rows (whose maxima block_scales
+// merges) rather than its rows into narrower runs: 2 threads on one block row's halves of each
+// row ran no faster than 1 on whole rows.
 Panels panels_of(const Layout& l, const Source& src, bool read_once) {
-  int64_t cols = l.br == 1 ? kRowPanelCols : kPanelCols;
-  if (l.br > 1 && read_once) {  // no wider than gives each of the pool's threads a panel
-    const int64_t per_block_row = ceil_div(src.pool->size(), l.grid_rows);
-    cols = std::clamp(ceil_div(src.cols, per_block_row), kPanelCols, kWidePanelCols);
-  }
   Panels p;
+  int64_t cols = l.br == 1 ? kRowPanelCols : kPanelCols;
+  p.slab_rows = l.br;
+  if (l.br > 1 && read_once) {
+    cols = kWidePanelCols;
+    const int64_t threads = src.pool->size();
+    if (l.grid_rows < threads) {
+      p.slab_rows = ceil_div(l.br, std::min<int64_t>(l.br, ceil_div(threads, l.grid_rows)));
+      p.slabs = ceil_div(l.br, p.slab_rows);
+    }
+  }
   p.chunk = std::min(l.grid_cols, std::max<int64_t>(1, cols / l.bc));
   p.chunks = ceil_div(l.grid_cols, p.chunk);
   return p;
 }
 
-// The absmax scales of panel p's blocks into s, and whether every block's maximum was finite (a
-// value that is not makes its block's maximum so); returns the panel's row when it has one row
-// (its bf16 values widened, kept for the encoding).
-const float* panel_scales(const Source& src, const Codec& k, const Layout& l, const Panels::At& p,
-                          float* s, float* buf, bool& finite) {
+// The absmax maxima of panel p's blocks (over its rows) into m; returns the panel's row when it
+// has one row (its bf16 values widened, kept for the encoding).
+const float* panel_maxima(const Source& src, const Layout& l, const Panels::At& p, float* m,
+                          float* buf) {
   const float* widened = nullptr;
-  std::fill(s, s + p.nb, 0.0f);
+  std::fill(m, m + p.nb, 0.0f);
   for (int64_t r = p.r0; r < p.r1; ++r) {
     const float* row = src.row(r, p.c0, p.c1, buf);
     if (p.r1 - p.r0 == 1) widened = row;
     if (l.bc == 1)  // one scale per column (Bx1 blocks, channel along rows)
-      quant_runs::amax_columns(s, row + p.c0, p.c1 - p.c0);
+      quant_runs::amax_columns(m, row + p.c0, p.c1 - p.c0);
     else
-      quant_runs::amax_blocks(row + p.c0, p.c1 - p.c0, l.bc, s);
+      quant_runs::amax_blocks(row + p.c0, p.c1 - p.c0, l.bc, m);
   }
-  finite = std::all_of(s, s + p.nb, [](float m) { return std::isfinite(m); });
-  for (int64_t b = 0; b < p.nb; ++b) s[b] = absmax_scale(s[b], k.qmax);
   return widened;
 }
 
-// Panel (bi, chunk cj) of `panels`; s is the caller's scratch of `chunk` floats.
+// The maxima m[0, n) turned into absmax scales in place; whether every one was finite (a value
+// that is not makes its block's maximum so).
+bool scales_of_maxima(const Codec& k, float* m, int64_t n) {
+  const bool finite = std::all_of(m, m + n, [](float v) { return std::isfinite(v); });
+  for (int64_t b = 0; b < n; ++b) m[b] = absmax_scale(m[b], k.qmax);
+  return finite;
+}
+
+// Panel p of the output; s is the caller's scratch of `chunk` floats. The first slab of a block
+// row writes its scales.
 template <DType D>
-void quantize_panel(const Source& src, const Codec& k, const Output& out, const Panels& panels,
-                    int64_t bi, int64_t cj, float* s, float* buf) {
+void quantize_panel(const Source& src, const Codec& k, const Output& out, const Panels::At& p,
+                    float* s, float* buf) {
   const Layout& l = out.layout;
   const bool scaled = out.scales != nullptr;
-  const Panels::At p = panels.at(l, src.rows, src.cols, bi, cj);
-  const int64_t r0 = p.r0, r1 = p.r1, bj0 = p.bj0, nb = p.nb, c0 = p.c0, c1 = p.c1;
+  const int64_t bi = p.bi, r0 = p.r0, r1 = p.r1, bj0 = p.bj0, nb = p.nb, c0 = p.c0, c1 = p.c1;
   // A panel of one row keeps the row the maxima read (bf16 widened once for both passes).
   const float* widened = nullptr;
   if (!scaled) {
@@ -600,11 +619,10 @@ void quantize_panel(const Source& src, const Codec& k, const Output& out, const 
   } else if (src.scales) {
     std::copy_n(src.scales + bi * l.grid_cols + bj0, nb, s);
   } else {
-    bool finite = true;
-    widened = panel_scales(src, k, l, p, s, buf, finite);
-    if (src.bad && !finite) return src.bad->store(true);
+    widened = panel_maxima(src, l, p, s, buf);
+    if (!scales_of_maxima(k, s, nb) && src.bad) return src.bad->store(true);
   }
-  if (scaled)
+  if (scaled && p.sl == 0)
     for (int64_t b = 0; b < nb; ++b) out.scales[l.index(bi, bj0 + b)] = s[b];
   for (int64_t r = r0; r < r1; ++r)
     encode_run<D>(k, src, widened ? widened : src.row(r, c0, c1, buf), c0, c1, s, scale_run(l.bc),
@@ -647,30 +665,40 @@ void quantize_panels(const Source& src, const Codec& k, const Output& out) {
   // A panel takes its own maxima (reading its rows twice) unless its scales are known already.
   const bool own_maxima = out.scales && src.cal.kind == Calibration::Kind::kAbsmax && !src.scales;
   const Panels panels = panels_of(l, src, !own_maxima);
-  for_items(*src.pool, l.grid_rows * panels.chunks, src.rows * src.cols,
-            [&](int64_t i0, int64_t i1) {
-              std::vector<float> s(static_cast<size_t>(panels.chunk)), buf = src.row_buffer();
-              for (int64_t i = i0; i < i1; ++i)
-                quantize_panel<D>(src, k, out, panels, i / panels.chunks, i % panels.chunks,
-                                  s.data(), buf.data());
-            });
+  for_items(*src.pool, panels.count(l), src.rows * src.cols, [&](int64_t i0, int64_t i1) {
+    std::vector<float> s(static_cast<size_t>(panels.chunk)), buf = src.row_buffer();
+    for (int64_t i = i0; i < i1; ++i)
+      quantize_panel<D>(src, k, out, panels.at(l, src.rows, src.cols, i), s.data(), buf.data());
+  });
 }
 
 // Every block's absmax scale into scales ([grid_rows, grid_cols]), over wide panels split over
-// the pool; a block whose maximum is not finite sets *src.bad.
+// the pool (slabs of a block row take maxima of their own, merged here); a block whose maximum
+// is not finite sets *src.bad.
 void block_scales(const Source& src, const Codec& k, const Layout& l, float* scales) {
   const Panels panels = panels_of(l, src, true);
-  for_items(*src.pool, l.grid_rows * panels.chunks, src.rows * src.cols,
-            [&](int64_t i0, int64_t i1) {
-              std::vector<float> buf = src.row_buffer();
-              for (int64_t i = i0; i < i1; ++i) {
-                const int64_t bi = i / panels.chunks;
-                const Panels::At p = panels.at(l, src.rows, src.cols, bi, i % panels.chunks);
-                bool finite = true;
-                panel_scales(src, k, l, p, scales + bi * l.grid_cols + p.bj0, buf.data(), finite);
-                if (!finite) src.bad->store(true);
-              }
-            });
+  const int64_t slabs = panels.slabs;
+  std::vector<float> maxima(slabs > 1 ? size_t(l.grid_rows * slabs * l.grid_cols) : 0);
+  for_items(*src.pool, panels.count(l), src.rows * src.cols, [&](int64_t i0, int64_t i1) {
+    std::vector<float> buf = src.row_buffer();
+    for (int64_t i = i0; i < i1; ++i) {
+      const Panels::At p = panels.at(l, src.rows, src.cols, i);
+      float* const m = slabs > 1 ? maxima.data() + (p.bi * slabs + p.sl) * l.grid_cols + p.bj0
+                                 : scales + p.bi * l.grid_cols + p.bj0;
+      panel_maxima(src, l, p, m, buf.data());
+      if (slabs == 1 && !scales_of_maxima(k, m, p.nb)) src.bad->store(true);
+    }
+  });
+  if (slabs == 1) return;
+  for (int64_t bi = 0; bi < l.grid_rows; ++bi) {
+    float* const row = scales + bi * l.grid_cols;
+    std::copy_n(maxima.data() + bi * slabs * l.grid_cols, l.grid_cols, row);
+    for (int64_t sl = 1; sl < slabs; ++sl)
+      for (int64_t j = 0; j < l.grid_cols; ++j)  // keeps a NaN, as the maxima do
+        row[j] =
+            quant_runs::max_magnitude(row[j], maxima[size_t((bi * slabs + sl) * l.grid_cols + j)]);
+    if (!scales_of_maxima(k, row, l.grid_cols)) src.bad->store(true);
+  }
 }
 
 // Both quantizations of x, `block` rows (a panel) at a time: first each row's 1xB block maxima
