@@ -14,7 +14,6 @@
 #include <initializer_list>
 #include <limits>
 #include <mutex>
-#include <span>
 #include <type_traits>
 #include <vector>
 
@@ -424,7 +423,6 @@ struct Source {
     return buf;
   }
   std::vector<float> row_buffer() const { return std::vector<float>(bf16 ? size_t(cols) : 0); }
-
   float at(int64_t r, int64_t c) const {
     return x ? x[r * ld + c] : std::bit_cast<float>(uint32_t(bf16[r * ld + c]) << 16);
   }
@@ -714,10 +712,10 @@ bool quantize_dual_panels(const Source& src, const Codec& k, int64_t block, cons
   const int64_t rows = src.rows, cols = src.cols;
   const int64_t nbr = ceil_div(rows, block), nbc = ceil_div(cols, block);
   const bool fixed = src.cal.kind == Calibration::Kind::kFixed;
-  // Row-wise scales [rows, nbc] and column-wise ones [nbr, cols]: maxima first (fixed
-  // calibration: none, every scale is src.fixed_scale).
-  std::vector<float> rs(fixed ? 0 : size_t(rows * nbc), 0.0f),
-      cs(fixed ? 0 : size_t(nbr * cols), 0.0f);
+  // Row-wise scales [rows, nbc] and column-wise ones [nbr, cols]: the fixed scale, or maxima
+  // turned into scales.
+  std::vector<float> rs(size_t(rows * nbc), fixed ? src.fixed_scale : 0.0f),
+      cs(size_t(nbr * cols), fixed ? src.fixed_scale : 0.0f);
   if (!fixed) {
     std::atomic<bool> finite{true};
     for_items(*src.pool, nbr, rows * cols, [&](int64_t bi0, int64_t bi1) {
@@ -730,24 +728,21 @@ bool quantize_dual_panels(const Source& src, const Codec& k, int64_t block, cons
           quant_runs::amax_blocks(row, cols, block, rs.data() + r * nbc);
           quant_runs::amax_columns(c, row, cols);
         }
-        const auto is_finite = [](float m) { return std::isfinite(m); };
-        if (!std::all_of(c, c + cols, is_finite)) finite.store(false);
-        for (float& m : std::span(c, size_t(cols))) m = absmax_scale(m, k.qmax);
-        for (float& m : std::span(rs.data() + r0 * nbc, size_t((r1 - r0) * nbc)))
-          m = absmax_scale(m, k.qmax);
+        // Every value is in some column's maximum: the columns' finiteness is x's.
+        if (!scales_of_maxima(k, c, cols)) finite.store(false);
+        scales_of_maxima(k, rs.data() + r0 * nbc, (r1 - r0) * nbc);
       }
     });
     if (!finite) return false;
   }
   for_items(*src.pool, nbr, rows * cols, [&](int64_t bi0, int64_t bi1) {
-    std::vector<float> buf = src.row_buffer(), fixed_row(fixed ? size_t(nbc) : 0, src.fixed_scale),
-                       fixed_cols(fixed ? size_t(cols) : 0, src.fixed_scale);
+    std::vector<float> buf = src.row_buffer();
     for (int64_t bi = bi0; bi < bi1; ++bi) {
       const int64_t r0 = bi * block, r1 = std::min(rows, r0 + block);
-      const float* const c = fixed ? fixed_cols.data() : cs.data() + bi * cols;
+      const float* const c = cs.data() + bi * cols;
       for (int64_t j = 0; j < cols; ++j) cols_out.scales[cols_out.layout.index(bi, j)] = c[j];
       for (int64_t r = r0; r < r1; ++r) {
-        const float* const s = fixed ? fixed_row.data() : rs.data() + r * nbc;
+        const float* const s = rs.data() + r * nbc;
         for (int64_t bj = 0; bj < nbc; ++bj) rows_out.scales[rows_out.layout.index(r, bj)] = s[bj];
         // Blocks are powers of two >= 16: a whole row is one run of a scale per block.
         const float* row = src.row(r, 0, cols, buf.data());
