@@ -6,20 +6,20 @@
 extern "C" {
 
 const gmmgen_kernel_entry default_kernels_kernels[] = {
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_80f7dc12),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_bb5f31af),
-    GMMGEN_KERNEL_ENTRY(gmm_f32xf32_f32_k256_n384_g16_t32x128x64_6fb70c66),
-    GMMGEN_KERNEL_ENTRY(gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_fe796416),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_e5055d9d),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_4b8dfc26),
-    GMMGEN_KERNEL_ENTRY(tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_cbaf3c9c),
-    GMMGEN_KERNEL_ENTRY(tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_04b53e3a),
-    GMMGEN_KERNEL_ENTRY(gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_7d0bee61),
-    GMMGEN_KERNEL_ENTRY(tgmm_f8e4m3xf8e5m2_f32_k512_n768_g8_t256x96x128_qlblock128_qrblock128_497adb03),
-    GMMGEN_KERNEL_ENTRY(gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_effd0419),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_694be902),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_9032ee3f),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_47135034),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_d1bb0a3c),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_97c8553e),
+    GMMGEN_KERNEL_ENTRY(gmm_f32xf32_f32_k256_n384_g16_t32x128x64_cf164bdd),
+    GMMGEN_KERNEL_ENTRY(gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_44b3f890),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_5fa5b557),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_5cac3da4),
+    GMMGEN_KERNEL_ENTRY(tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_23b39c79),
+    GMMGEN_KERNEL_ENTRY(tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_c8ef1786),
+    GMMGEN_KERNEL_ENTRY(gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_5ec9ffbc),
+    GMMGEN_KERNEL_ENTRY(tgmm_f8e4m3xf8e5m2_f32_k512_n768_g8_t256x96x128_qlblock128_qrblock128_d0982f95),
+    GMMGEN_KERNEL_ENTRY(gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_32b525af),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_76c73cfa),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_eedeb801),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_13749c77),
 };
 const int32_t default_kernels_kernel_count = 14;
 
