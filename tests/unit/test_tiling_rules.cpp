@@ -37,7 +37,7 @@ TEST(TilingRules, EveryRuleHoldsForSomeProblem) {
   const std::pair<DType, DType> operands[] = {
       {DType::kF32, DType::kF32}, {DType::kBF16, DType::kBF16},     {DType::kBF16, DType::kI4},
       {DType::kF32, DType::kI8},  {DType::kF8E4M3, DType::kF8E5M2}, {DType::kF16, DType::kF32},
-      {DType::kI8, DType::kI4}};
+      {DType::kI8, DType::kI4},   {DType::kI8, DType::kI8}};
   for (const Op op : {Op::kGmm, Op::kTgmm})
     for (const auto& [lhs, rhs] : operands)
       for (const bool transposed : {false, true})
@@ -99,9 +99,16 @@ TEST(TilingRules, HeuristicNamesTheRulesItApplied) {
   applied.clear();
   EXPECT_EQ((Tiling{512, 256, 128}), heuristic_tiling(s, 512, Isa::kNative, &applied));
   EXPECT_EQ((std::vector<std::string_view>{"gmm-rows", "gmm-int-large"}), applied);
-  applied.clear();  // small groups: narrower items than other small groups'
+  applied.clear();  // small groups: narrower items than other small groups', deeper k-blocks of i8
+  EXPECT_EQ((Tiling{512, 256, 128}), heuristic_tiling(s, 16, Isa::kNative, &applied));
+  EXPECT_EQ((std::vector<std::string_view>{"gmm-rows", "gmm-small", "gmm-int-nk-small",
+                                           "gmm-int8-nk-small"}),
+            applied);
+  s.rhs = DType::kI4;  // i4 weights keep tk=128
+  applied.clear();
   EXPECT_EQ((Tiling{512, 128, 128}), heuristic_tiling(s, 16, Isa::kNative, &applied));
   EXPECT_EQ((std::vector<std::string_view>{"gmm-rows", "gmm-small", "gmm-int-nk-small"}), applied);
+  s.rhs = DType::kI8;
   s.isa = Isa::kAvx2;  // not on avx2
   EXPECT_EQ((Tiling{512, 256, 256}), heuristic_tiling(s, 16, Isa::kNative, nullptr));
   s.transpose_rhs = false;
