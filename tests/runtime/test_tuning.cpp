@@ -220,7 +220,8 @@ TEST(Heuristic, FollowsRowsPerGroupAndStaysValid) {
   s1.isa = Isa::kAvx512Bf16, s1.transpose_rhs = false;  // no tiles: one register tile wide
   EXPECT_EQ((Tiling{512, 1024, 64}), heuristic_tiling(s1, 512));
   // bf16 x bf16 [K, N] weights in vdpbf16ps pairs, small groups: one register tile of columns;
-  // avx512 (no pair dot product), [N, K] weights and quantized weights keep 256.
+  // avx512 (no pair dot product), [N, K] weights and quantized weights keep 256 (quantized [K, N]
+  // ones with k-blocks of 256).
   KernelSpec s3_bf16 = problem(4096, 512, 128);
   s3_bf16.lhs = s3_bf16.rhs = DType::kBF16;
   s3_bf16.isa = Isa::kAvx512Bf16;
@@ -232,7 +233,7 @@ TEST(Heuristic, FollowsRowsPerGroupAndStaysValid) {
   EXPECT_EQ((Tiling{512, 128, 256}), heuristic_tiling(s3_bf16, 16));
   s3_bf16.transpose_rhs = false, s3_bf16.rhs = DType::kI4;
   s3_bf16.rhs_quant.kind = QuantKind::kBlock, s3_bf16.rhs_quant.block_k = 128;
-  EXPECT_EQ((Tiling{512, 128, 256}), heuristic_tiling(s3_bf16, 16));
+  EXPECT_EQ((Tiling{512, 256, 256}), heuristic_tiling(s3_bf16, 16));
   // f32 [N, K] weights of small groups on the AVX-512 families: deeper, narrower items; avx2,
   // amx and larger groups keep their choice.
   KernelSpec s3_nk = problem(4096, 512, 128);

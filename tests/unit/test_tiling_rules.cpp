@@ -170,6 +170,20 @@ TEST(TilingRules, HeuristicNamesTheRulesItApplied) {
   s.rhs = DType::kI8;
   s.transpose_rhs = true;
   EXPECT_EQ((Tiling{512, 256, 256}), heuristic_tiling(s, 16, Isa::kNative, nullptr));
+  // On avx512bf16 (vdpbf16ps) small groups' [K, N] codes of any kind take k-blocks of 256; [N, K]
+  // ones and larger groups keep 128.
+  s.isa = Isa::kAvx512Bf16;
+  s.rhs = DType::kNF4;
+  s.rhs_quant = Quant{QuantKind::kBlock, 64};
+  s.transpose_rhs = false;
+  applied.clear();
+  EXPECT_EQ((Tiling{512, 256, 256}), heuristic_tiling(s, 16, Isa::kNative, &applied));
+  EXPECT_EQ((std::vector<std::string_view>{"gmm-rows", "gmm-small", "gmm-bf16-quantized-small"}),
+            applied);
+  s.transpose_rhs = true;
+  EXPECT_EQ((Tiling{512, 128, 256}), heuristic_tiling(s, 16, Isa::kNative, nullptr));
+  s.transpose_rhs = false;
+  EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s, 512, Isa::kNative, nullptr));
 }
 
 }  // namespace

@@ -136,6 +136,7 @@ std::span<const TilingRule> cpu_tiling_rules() {
     TilingRule{"gmm-int8-nk-small",        Op::kGmm,   kAvx512Bf16,      kIntDotByteRhs,   kNK,         kSmall,    kAnyWidth,  keep,      set(256),   keep},
     TilingRule{"gmm-amx-f32-kn-small",     Op::kGmm,   kAmx,             kF32Rhs,          kKN,         kSmall,    kAnyWidth,  keep,      set(32),    spread(2048)},
     TilingRule{"gmm-f32-quantized-small",  Op::kGmm,   kAmx | avx512s,   kF32xQuantized,   kAnyLayout,  kSmall,    kAnyWidth,  keep,      set(64),    halves(512)},
+    TilingRule{"gmm-bf16-quantized-small", Op::kGmm,   kAvx512Bf16,      kBf16xQuantized,  kKN,         kSmall,    kAnyWidth,  keep,      set(256),   keep},
     TilingRule{"gmm-amx-bf16-quantized",   Op::kGmm,   kAmx,             kBf16xQuantized,  kAnyLayout,  kAnyRows,  kAnyWidth,  keep,      set(256),   keep},
     TilingRule{"gmm-amx-bf16-codes-small", Op::kGmm,   kAmx,             kBf16xStreamed,   kKN,         kSmall,    kAnyWidth,  keep,      set(128),   set(512)},
   };
