@@ -14,12 +14,12 @@ const gmmgen_kernel_entry default_kernels_kernels[] = {
     GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_5cac3da4),
     GMMGEN_KERNEL_ENTRY(tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_23b39c79),
     GMMGEN_KERNEL_ENTRY(tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_c8ef1786),
-    GMMGEN_KERNEL_ENTRY(gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_5ec9ffbc),
-    GMMGEN_KERNEL_ENTRY(tgmm_f8e4m3xf8e5m2_f32_k512_n768_g8_t256x96x128_qlblock128_qrblock128_d0982f95),
-    GMMGEN_KERNEL_ENTRY(gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_32b525af),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_76c73cfa),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_eedeb801),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_13749c77),
+    GMMGEN_KERNEL_ENTRY(gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_870b16c9),
+    GMMGEN_KERNEL_ENTRY(tgmm_f8e4m3xf8e5m2_f32_k512_n768_g8_t256x96x128_qlblock128_qrblock128_bdbdd69d),
+    GMMGEN_KERNEL_ENTRY(gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_2a7d58ab),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_f960d12e),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_293f4a7e),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_e5e4e6b6),
 };
 const int32_t default_kernels_kernel_count = 14;
 
