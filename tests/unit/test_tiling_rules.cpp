@@ -99,14 +99,12 @@ TEST(TilingRules, HeuristicNamesTheRulesItApplied) {
   applied.clear();
   EXPECT_EQ((Tiling{512, 256, 128}), heuristic_tiling(s, 512, Isa::kNative, &applied));
   EXPECT_EQ((std::vector<std::string_view>{"gmm-rows", "gmm-int-large"}), applied);
-  applied.clear();  // small groups: narrower items than other small groups', deeper k-blocks of i8
+  applied.clear();  // small groups: narrower items than other small groups', deeper k-blocks
   EXPECT_EQ((Tiling{512, 256, 128}), heuristic_tiling(s, 16, Isa::kNative, &applied));
-  EXPECT_EQ((std::vector<std::string_view>{"gmm-rows", "gmm-small", "gmm-int-nk-small",
-                                           "gmm-int8-nk-small"}),
-            applied);
-  s.rhs = DType::kI4;  // i4 weights keep tk=128
+  EXPECT_EQ((std::vector<std::string_view>{"gmm-rows", "gmm-small", "gmm-int-nk-small"}), applied);
+  s.rhs = DType::kI4;  // i4 weights too
   applied.clear();
-  EXPECT_EQ((Tiling{512, 128, 128}), heuristic_tiling(s, 16, Isa::kNative, &applied));
+  EXPECT_EQ((Tiling{512, 256, 128}), heuristic_tiling(s, 16, Isa::kNative, &applied));
   EXPECT_EQ((std::vector<std::string_view>{"gmm-rows", "gmm-small", "gmm-int-nk-small"}), applied);
   s.rhs = DType::kI8;
   s.isa = Isa::kAvx2;  // not on avx2

@@ -184,7 +184,6 @@ enum class RuleOperands {
   kBf16xStreamed,   // bf16 lhs, rhs of 8-bit or 4-bit codes
   kIntDot,          // integer codes on both sides, summed by the family's integer dot product
   kIntDotWholeK,    // kIntDot with tensor or channel scales on both sides (P summed over all K)
-  kIntDotByteRhs,   // kIntDot with i8 weights (a byte per code)
 };
 enum class RuleLayout { kAnyLayout, kKN, kNK };  // rhs (gmm) or out (tgmm) stored [K, N] or [N, K]
 enum class RuleRows { kAnyRows, kSmall, kLarge };    // kLarge: not small (or not known)

@@ -40,8 +40,6 @@ bool rule_operands_hold(RuleOperands o, const KernelSpec& s, const IsaFamily& f)
     case kIntDotWholeK:
       return quant_int_dot(s, f) && s.lhs_quant.kind != QuantKind::kBlock &&
              s.rhs_quant.kind != QuantKind::kBlock;
-    case kIntDotByteRhs:
-      return quant_int_dot(s, f) && s.rhs == DType::kI8;
   }
   return false;
 }
@@ -132,8 +130,7 @@ std::span<const TilingRule> cpu_tiling_rules() {
     TilingRule{"gmm-avx2-f32-kn-small",    Op::kGmm,   kAvx2,            kF32Rhs,          kKN,         kSmall,    kAnyWidth,  keep,      set(64),    keep},
     TilingRule{"gmm-bf16-pairs-small",     Op::kGmm,   kAvx512Bf16,      kBf16xBf16,       kKN,         kSmall,    kAnyWidth,  keep,      keep,       set(64)},
     TilingRule{"gmm-avx512-f32-nk-small",  Op::kGmm,   avx512s,          kF32Rhs,          kNK,         kSmall,    kAnyWidth,  keep,      set(512),   set(128)},
-    TilingRule{"gmm-int-nk-small",         Op::kGmm,   kAvx512Bf16,      kIntDot,          kNK,         kSmall,    kAnyWidth,  keep,      keep,       set(128)},
-    TilingRule{"gmm-int8-nk-small",        Op::kGmm,   kAvx512Bf16,      kIntDotByteRhs,   kNK,         kSmall,    kAnyWidth,  keep,      set(256),   keep},
+    TilingRule{"gmm-int-nk-small",         Op::kGmm,   kAvx512Bf16,      kIntDot,          kNK,         kSmall,    kAnyWidth,  keep,      set(256),   set(128)},
     TilingRule{"gmm-amx-f32-kn-small",     Op::kGmm,   kAmx,             kF32Rhs,          kKN,         kSmall,    kAnyWidth,  keep,      set(32),    spread(2048)},
     TilingRule{"gmm-f32-quantized-small",  Op::kGmm,   kAmx | avx512s,   kF32xQuantized,   kAnyLayout,  kSmall,    kAnyWidth,  keep,      set(64),    halves(512)},
     TilingRule{"gmm-bf16-quantized-small", Op::kGmm,   kAvx512Bf16,      kBf16xQuantized,  kKN,         kSmall,    kAnyWidth,  keep,      set(256),   keep},
