@@ -756,6 +756,34 @@ TEST(BenchAb, CliTimesTwoSidesInAlternatingRounds) {
   }
 }
 
+// Beside --spec, --isa and --tm/--tk/--tn override the family and the tiling of each row (the
+// spec's own tiling too), as they do beside --shapes; any other spec option is an error before
+// anything is timed.
+TEST(BenchSpec, TakeIsaAndTilingOverridesRejectOtherSpecOptions) {
+  const Scratch dir("gmmgen_bench");
+  const std::string json = (dir.path / "rows.json").string();
+  for (const std::string& spec : {std::string("op=gmm,lhs=f32,rhs=f32,out=f32,k=40,n=24,g=3"),
+                                  std::string("op=gmm,lhs=f32,rhs=f32,out=f32,k=40,n=24,g=3,"
+                                              "tm=32,tk=8,tn=16")}) {
+    SCOPED_TRACE(spec);
+    const ProcessResult r =
+        bench_cli({"--spec", spec, "--m", "50", "--isa", "generic", "--tm", "16", "--tk", "16",
+                   "--tn", "8", "--reps", "1", "--baseline", "none", "--json", json});
+    ASSERT_EQ(r.status, 0) << r.output;
+    std::ifstream in(json);
+    const auto j = nlohmann::json::parse(in);
+    ASSERT_EQ(j["rows"].size(), 1u) << r.output;
+    const std::string kernel = j["rows"][0]["kernel"];
+    EXPECT_NE(kernel.find("_t16x16x8_"), std::string::npos) << kernel;
+    EXPECT_NE(kernel.find("_generic_"), std::string::npos) << kernel;
+  }
+  const ProcessResult bad = bench_cli({"--spec", "op=gmm,lhs=f32,rhs=f32,out=f32,k=40,n=24,g=3",
+                                       "--m", "50", "--lhs", "bf16", "--reps", "1"});
+  EXPECT_EQ(bad.status, 2) << bad.output;
+  EXPECT_NE(bad.output.find("--lhs with --spec"), std::string::npos) << bad.output;
+  EXPECT_EQ(bad.output.find("GFLOP/s"), std::string::npos) << bad.output;
+}
+
 // A quantized --spec row runs after gmm-gen's kernel on its float counterpart (bf16 x bf16 here)
 // and reports `vs float`: its GFLOP/s over that kernel's, timed beside it, in the table and the
 // JSON.

@@ -89,30 +89,36 @@ int run_bench(const BenchOptions& o) {
   ro.num_threads = o.threads;
   Runtime rt(ro);
   // A row's tiling: as the runtime tiles the call (its tuning tables, else the heuristic; a table
-  // entry's ISA family too, unless --isa is given), or the spec's own when it names one; a
-  // standard shape's --tm/--tk/--tn override the tiling chosen.
+  // entry's ISA family too, unless --isa is given), or the spec's own when it names one;
+  // --tm/--tk/--tn given beside --shapes, --spec or --spec-file override the tiling chosen.
   const auto tiled = [&](KernelSpec spec, const bench::Workload& w, bool spec_tiling) {
     bool isa_flag = false, tile_flags = false;
     for (const auto& [key, value] : o.specs.flags)
       if (key == "isa") set_field(spec_field(key), spec, value), isa_flag = true;
-    if (spec_tiling) return Job{spec, "override", w};
-    const TilingChoice c = bench::workload_tiling(rt, spec, w);
-    spec.tiling = c.tiling;
-    if (c.isa && !isa_flag) spec.isa = *c.isa;
+    std::string how = "override";
+    if (!spec_tiling) {
+      const TilingChoice c = bench::workload_tiling(rt, spec, w);
+      spec.tiling = c.tiling;
+      if (c.isa && !isa_flag) spec.isa = *c.isa;
+      how = to_string(c);
+    }
     for (const auto& [key, value] : o.specs.flags)
       if (is_tiling_key(key)) set_field(spec_field(key), spec, value), tile_flags = true;
-    return Job{spec, tile_flags ? "override" : to_string(c), w};
+    return Job{spec, tile_flags ? "override" : how, w};
   };
+  // Beside the standard shapes or given specs, the spec options are the family and the tiling of
+  // every row (--isa, --tm, --tk, --tn); any other would be ignored, so it is an error.
+  const bool rows_given = !o.shapes.empty() || !o.specs.texts.empty() || !o.specs.files.empty();
+  const std::string rows_option = !o.shapes.empty() ? "--shapes" : "--spec or --spec-file";
+  for (const auto& [key, value] : o.specs.flags)
+    if (rows_given && key != "isa" && key != "tm" && key != "tk" && key != "tn")
+      throw InvalidArgument("--" + key + " with " + rows_option +
+                            ": the rows set it (they take --isa, --tm, --tk and --tn" +
+                            (o.shapes.empty() ? std::string(")") : "; --quant sets the dtypes)"));
   if (!o.shapes.empty()) {
-    // The standard shapes set every field but the family and the tiling: --isa and --tm/--tk/--tn
-    // apply to each of their rows; any other spec option would be ignored, so it is an error.
+    // The standard shapes set every field but the family and the tiling.
     if (!o.specs.texts.empty() || !o.specs.files.empty())
       throw InvalidArgument("--shapes runs the standard shapes: it takes no --spec or --spec-file");
-    for (const auto& [key, value] : o.specs.flags)
-      if (key != "isa" && key != "tm" && key != "tk" && key != "tn")
-        throw InvalidArgument("--" + key +
-                              " with --shapes: the standard shapes set it (they take "
-                              "--isa, --tm, --tk and --tn; --quant sets the dtypes)");
     struct Kind {
       Op op;
       DType lhs, rhs, out;
@@ -156,7 +162,10 @@ int run_bench(const BenchOptions& o) {
     if (jobs.empty()) o.filter.no_match(candidates);
   } else {
     // A spec that names no tiling runs at the runtime's for the workload (as a call would).
-    const auto entries = o.specs.entries();
+    // Spec options without --spec or --spec-file form the spec; beside them they override.
+    SpecOptions given = o.specs;
+    if (!given.texts.empty() || !given.files.empty()) given.flags.clear();
+    const auto entries = given.entries();
     for (const SpecEntry& e : entries) {
       bench::Workload w;
       w.shape = "custom";
