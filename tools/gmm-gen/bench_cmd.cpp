@@ -108,16 +108,19 @@ int run_bench(const BenchOptions& o) {
   };
   // Beside the standard shapes or given specs, the spec options are the family and the tiling of
   // every row (--isa, --tm, --tk, --tn); any other would be ignored, so it is an error.
-  const bool rows_given = !o.shapes.empty() || !o.specs.texts.empty() || !o.specs.files.empty();
-  const std::string rows_option = !o.shapes.empty() ? "--shapes" : "--spec or --spec-file";
-  for (const auto& [key, value] : o.specs.flags)
-    if (rows_given && key != "isa" && key != "tm" && key != "tk" && key != "tn")
-      throw InvalidArgument("--" + key + " with " + rows_option +
-                            ": the rows set it (they take --isa, --tm, --tk and --tn" +
-                            (o.shapes.empty() ? std::string(")") : "; --quant sets the dtypes)"));
+  const bool specs_given = !o.specs.texts.empty() || !o.specs.files.empty();
+  if (!o.shapes.empty() || specs_given)
+    for (const auto& [key, value] : o.specs.flags)
+      if (key != "isa" && key != "tm" && key != "tk" && key != "tn")
+        throw InvalidArgument("--" + key + " with " +
+                              (specs_given ? "--spec or --spec-file: the specs set it (they take "
+                                             "--isa, --tm, --tk and --tn)"
+                                           : "--shapes: the standard shapes set it (they take "
+                                             "--isa, --tm, --tk and --tn; --quant sets the "
+                                             "dtypes)"));
   if (!o.shapes.empty()) {
     // The standard shapes set every field but the family and the tiling.
-    if (!o.specs.texts.empty() || !o.specs.files.empty())
+    if (specs_given)
       throw InvalidArgument("--shapes runs the standard shapes: it takes no --spec or --spec-file");
     struct Kind {
       Op op;
@@ -164,7 +167,7 @@ int run_bench(const BenchOptions& o) {
     // A spec that names no tiling runs at the runtime's for the workload (as a call would).
     // Spec options without --spec or --spec-file form the spec; beside them they override.
     SpecOptions given = o.specs;
-    if (!given.texts.empty() || !given.files.empty()) given.flags.clear();
+    if (specs_given) given.flags.clear();
     const auto entries = given.entries();
     for (const SpecEntry& e : entries) {
       bench::Workload w;
