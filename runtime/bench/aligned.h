@@ -1,5 +1,6 @@
-// A 64-byte aligned byte buffer for bench's operands and probes (zero-filled: its pages are
-// touched when it is made, not inside a timing). With huge pages on (bench --huge-pages), each
+// A byte buffer for bench's operands and probes that starts `offset` bytes past a 64-byte boundary
+// (zero-filled: its pages are touched when it is made, not inside a timing). With huge pages on
+// (bench --huge-pages), each
 // buffer is its own mapping, 2 MiB aligned and advised MADV_HUGEPAGE before it is touched, so
 // that where the kernel allows transparent huge pages on request the operands are mapped by
 // 2 MiB pages: on a VM each 4 KiB page a kernel walks to costs a nested page walk.
@@ -20,11 +21,11 @@ namespace gmmgen::bench {
 
 class Aligned {
  public:
-  explicit Aligned(size_t count) {
-    count = std::max<size_t>(count, 1);
+  explicit Aligned(size_t count, size_t offset = 0) {
+    count = std::max<size_t>(count, 1) + offset;
     if (!huge_pages()) {
       bytes_.resize(count + 64);
-      data_ = bytes_.data() + (64 - reinterpret_cast<uintptr_t>(bytes_.data()) % 64) % 64;
+      data_ = bytes_.data() + (64 - reinterpret_cast<uintptr_t>(bytes_.data()) % 64) % 64 + offset;
       return;
     }
     constexpr size_t kHuge = size_t(2) << 20;
@@ -32,9 +33,10 @@ class Aligned {
     void* p = mmap(nullptr, mapped_, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (p == MAP_FAILED) throw std::bad_alloc();
     map_ = static_cast<unsigned char*>(p);
-    data_ = map_ + (kHuge - reinterpret_cast<uintptr_t>(map_) % kHuge) % kHuge;
-    madvise(data_, mapped_ - size_t(data_ - map_), MADV_HUGEPAGE);  // advice: refused is fine
-    std::memset(data_, 0, count);
+    unsigned char* start = map_ + (kHuge - reinterpret_cast<uintptr_t>(map_) % kHuge) % kHuge;
+    madvise(start, mapped_ - size_t(start - map_), MADV_HUGEPAGE);  // advice: refused is fine
+    std::memset(start, 0, count);
+    data_ = start + offset;
   }
   ~Aligned() {
     if (map_) munmap(map_, mapped_);

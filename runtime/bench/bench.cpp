@@ -25,12 +25,14 @@ int64_t ceil_div(int64_t a, int64_t b) {
   return (a + b - 1) / b;
 }
 
-// A buffer of `count` elements of float dtype d, 64-byte aligned.
+// A buffer of `count` elements of float dtype d, operand_offset() bytes past a 64-byte boundary.
 struct Buffer {
   DType dtype;
   Aligned mem;
   Buffer(DType d, int64_t count)
-      : dtype(d), mem(size_t(std::max<int64_t>(count, 1)) * size_t(bits_of(d) / 8)) {}
+      : dtype(d),
+        mem(size_t(std::max<int64_t>(count, 1)) * size_t(bits_of(d) / 8),
+            size_t(operand_offset())) {}
   void* data() { return mem.data(); }
   double get(int64_t i) const { return load_element(dtype, mem.data(), i); }
   void fill(std::mt19937_64& rng, int64_t count) {
@@ -61,7 +63,8 @@ struct Operand {
         rows(r),
         cols(c),
         ld(codes::is_quantized(d) ? packed_codes_ld(d, c) : c),
-        mem(size_t(ceil_div(std::max<int64_t>(b * r * ld, 1) * bits_of(d), 8))) {}
+        mem(size_t(ceil_div(std::max<int64_t>(b * r * ld, 1) * bits_of(d), 8)),
+            size_t(operand_offset())) {}
 
   bool quantized() const { return codes::is_quantized(dtype); }
   int64_t count() const { return batch * rows * cols; }

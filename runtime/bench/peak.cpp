@@ -6,6 +6,8 @@
 #include <chrono>
 #include <cstring>
 #include <fstream>
+#include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -212,6 +214,7 @@ std::string thp_mode() {
 }
 
 std::atomic<bool> huge_pages_on{false};
+std::atomic<int> operand_offset_bytes{0};
 
 }  // namespace
 
@@ -341,6 +344,18 @@ void set_huge_pages(bool on) {
 bool huge_pages() {
   return huge_pages_on;
 }
+void set_operand_offset(int bytes) {
+  if (bytes < 0 || bytes >= 64 || bytes % 16 != 0)
+    throw std::invalid_argument("operand offset " + std::to_string(bytes) +
+                                ": must be 0, 16, 32 or 48 (bytes past a 64-byte boundary)");
+  operand_offset_bytes = bytes;
+}
+int operand_offset() {
+  return operand_offset_bytes;
+}
+std::string describe_offset(int bytes) {
+  return std::to_string(bytes) + " bytes past a 64-byte boundary (operands and outputs)";
+}
 
 Machine describe_machine(int threads, bool measure_peak) {
   Machine m;
@@ -351,6 +366,7 @@ Machine describe_machine(int threads, bool measure_peak) {
   m.threads = threads;
   m.pages = (huge_pages() ? "2 MiB asked (MADV_HUGEPAGE)" : "the allocator's") +
             std::string(", transparent huge pages: ") + thp_mode();
+  m.operand_offset = operand_offset();
   m.peak_gflops = measure_peak ? measure_peak_gflops(threads) : 0.0;
   return m;
 }
@@ -379,7 +395,8 @@ nlohmann::ordered_json Machine::to_json() const {
           {"peak_gflops", peak_gflops},
           {"path_peak_gflops", paths},
           {"bandwidth_gbs", bandwidth_gbs},
-          {"pages", pages}};
+          {"pages", pages},
+          {"operand_offset", operand_offset}};
 }
 
 }  // namespace gmmgen::bench

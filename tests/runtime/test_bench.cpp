@@ -842,6 +842,31 @@ TEST(BenchCli, HugePagesAreAskedForAndReported) {
   }
 }
 
+// --offset starts the operands and outputs that many bytes past a 64-byte boundary, as numpy
+// places its large arrays (16): the rows still check against the float64 reference (bf16 pairs
+// and 4-bit codes packed from runs that start inside a line), and the header and JSON say the
+// offset. An offset other than 0, 16, 32 or 48 is refused by name before anything runs.
+TEST(BenchCli, OffsetOperandsStillCheckAndAreReported) {
+  const Scratch dir("gmmgen_bench");
+  const std::string json = (dir.path / "rows.json").string();
+  const ProcessResult r =
+      bench_cli({"--spec", "op=gmm,lhs=bf16,rhs=i4,rhs_quant=block:32,out=f32,k=96,n=40,g=3", "--m",
+                 "50", "--reps", "1", "--baseline", "none", "--offset", "16", "--json", json});
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("offset:    16 bytes past a 64-byte boundary"), std::string::npos)
+      << r.output;
+  std::ifstream in(json);
+  const auto j = nlohmann::json::parse(in);
+  EXPECT_EQ(j["machine"]["operand_offset"].get<int>(), 16);
+  ASSERT_EQ(j["rows"].size(), 2u);  // the bf16 counterpart, then the quantized row
+  for (const auto& row : j["rows"]) EXPECT_TRUE(row["ok"].get<bool>()) << row.dump();
+
+  const ProcessResult bad = bench_cli({"--shapes", "S4", "--offset", "8", "--json", json + "2"});
+  EXPECT_NE(bad.status, 0) << bad.output;
+  EXPECT_NE(bad.output.find("--offset"), std::string::npos) << bad.output;
+  EXPECT_FALSE(std::filesystem::exists(json + "2"));
+}
+
 TEST(BenchQuant, CliTimesQuantizedActivationsEndToEnd) {
   const Scratch dir("gmmgen_bench");
   const std::string json = (dir.path / "rows.json").string();

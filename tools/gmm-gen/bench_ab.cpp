@@ -156,10 +156,12 @@ int run_ab(const std::vector<std::string>& sides, const std::vector<AbJob>& jobs
   Side a(sides[0], rt, ro), b(sides[1], rt, ro);
   const bench::Machine machine = bench::describe_machine(o.threads, false);
   std::printf(
-      "cpu:       %s\nisa:       %s\ncompiler:  %s\nthreads:   %d\npages:     %s\nA:         "
-      "%s\nB:         %s\nrounds:    %d (A first in even rounds, B first in odd ones)\n\n",
+      "cpu:       %s\nisa:       %s\ncompiler:  %s\nthreads:   %d\npages:     %s\noffset:    %s\n"
+      "A:         %s\nB:         %s\nrounds:    %d (A first in even rounds, B first in odd "
+      "ones)\n\n",
       machine.cpu.c_str(), machine.isa.c_str(), machine.compiler.c_str(), machine.threads,
-      machine.pages.c_str(), a.text().c_str(), b.text().c_str(), bench::ab_rounds(o.reps));
+      machine.pages.c_str(), bench::describe_offset(machine.operand_offset).c_str(),
+      a.text().c_str(), b.text().c_str(), bench::ab_rounds(o.reps));
   std::printf("%-6s %-5s %-34s %10s %10s %7s %13s  %s\n", "shape", "op", "lhs x rhs -> out", "A ms",
               "B ms", "B/A", "p25-p75", "check");
   std::fflush(stdout);

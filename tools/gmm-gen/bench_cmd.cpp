@@ -22,6 +22,7 @@ struct BenchOptions {
   int64_t m = 4096;
   int threads = 2, reps = 7;
   bool huge_pages = false;
+  int offset = 0;                       // --offset
   CLI::Option* quant_option = nullptr;  // given at all (an empty --quant is an error)
 };
 
@@ -62,6 +63,7 @@ std::vector<std::string> split(const std::string& s) {
 
 int run_bench(const BenchOptions& o) {
   bench::set_huge_pages(o.huge_pages);  // before any buffer, the bandwidth probe's included
+  bench::set_operand_offset(o.offset);
   bench::Options opt;
   opt.threads = o.threads, opt.reps = o.reps;
   if (!o.baseline.empty()) {
@@ -236,8 +238,11 @@ int run_bench(const BenchOptions& o) {
     else
       std::printf("path peak: - (%s, not measured)\n", key.c_str());
   }
-  std::printf("bandwidth: %.1f GB/s (DRAM read, measured)\npages:     %s\nbaseline:  %s\n\n",
-              machine.bandwidth_gbs, machine.pages.c_str(), bench::to_string(opt.baseline).c_str());
+  std::printf(
+      "bandwidth: %.1f GB/s (DRAM read, measured)\npages:     %s\noffset:    %s\nbaseline:  %s\n\n",
+      machine.bandwidth_gbs, machine.pages.c_str(),
+      bench::describe_offset(machine.operand_offset).c_str(),
+      bench::to_string(opt.baseline).c_str());
   const int w = int(width), tw = int(tiling_width);
   std::printf("%-5s %-5s %-*s %10s %10s %10s %7s %7s %-9s %7s %7s %-7s%s  %-*s  %s\n", "shape",
               "op", w, "lhs x rhs -> out", "ms", "GFLOP/s", "base GF/s", "ratio", "% peak", "path",
@@ -387,6 +392,10 @@ Command add_bench(CLI::App& app) {
                 "Operands (and the bandwidth probe's buffer) on 2 MiB pages where the OS grants "
                 "transparent huge pages on request (madvise), to tell TLB walks from the kernel's "
                 "own cost; the header's `pages` line says what was asked and the OS's THP mode");
+  cmd->add_option("--offset", o->offset,
+                  "Operands and outputs start this many bytes past a 64-byte boundary: 0, 16, 32 "
+                  "or 48 (numpy's large arrays start 16 bytes past one) [0]")
+      ->check(CLI::IsMember({0, 16, 32, 48}));
   cmd->add_option("--json", o->json,
                   "Also write {\"machine\": {...}, \"rows\": [...]} to this file");
   cmd->footer(

@@ -109,6 +109,8 @@ struct Machine {
   // The operands' pages: what bench asked for (--huge-pages) and the OS's transparent huge page
   // mode (always, madvise, never; "unknown" where it does not say).
   std::string pages;
+  // Bytes past a 64-byte boundary at which the operands and outputs start (set_operand_offset).
+  int operand_offset = 0;
   // A path's peak: path_peak_gflops, else for the host family's f32 FMA peak_gflops; 0 if neither.
   double path_peak(const std::string& key) const;
   nlohmann::ordered_json to_json() const;  // path_peak_gflops with the host's f32 FMA entry
@@ -118,6 +120,13 @@ struct Machine {
 // pages (MADV_HUGEPAGE; bench --huge-pages). Off by default: the allocator's pages.
 void set_huge_pages(bool on);
 bool huge_pages();
+// Bytes past a 64-byte boundary at which bench's operand and output buffers made from now on start
+// (bench --offset): 0 (the default), 16, 32 or 48; numpy puts its large arrays 16 bytes past one.
+// The bandwidth probe's buffer stays aligned. Another value throws std::invalid_argument.
+void set_operand_offset(int bytes);
+int operand_offset();
+// The header's words for an offset: "16 bytes past a 64-byte boundary (operands and outputs)".
+std::string describe_offset(int bytes);
 
 // Measures the f32 FMA peak with a register-only loop of the host's best family (about a second).
 double measure_peak_gflops(int threads);
