@@ -195,12 +195,23 @@ def describe(x, name, writable=False):
     return op
 
 
+def _aligned_numpy(shape, dtype):
+    """An uninitialized numpy array that starts on a 64-byte boundary, as torch's do (numpy puts
+    large arrays 16 bytes past one): the kernels write whole lines of it, and stream f32 outputs
+    that start on a line."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + 64, dtype=np.uint8)
+    start = -raw.ctypes.data % 64
+    return raw[start:start + nbytes].view(dtype).reshape(tuple(shape))
+
+
 def empty(kind, shape, dtype):
     """An uninitialized array of `kind` ('numpy' or 'torch') holding `dtype` elements."""
     if kind == "torch":
         torch = torch_module()
         return torch.empty(tuple(shape), dtype=_torch_dtypes()[dtype])
-    return np.empty(tuple(shape), dtype=NUMPY_STORAGE.get(dtype, np.uint8))
+    return _aligned_numpy(shape, NUMPY_STORAGE.get(dtype, np.uint8))
 
 
 def codes_array(kind, shape, dtype):
@@ -208,7 +219,7 @@ def codes_array(kind, shape, dtype):
     if kind == "torch":
         torch = torch_module()
         return torch.empty(tuple(shape), dtype=torch.int8 if dtype == "i8" else torch.uint8)
-    return np.empty(tuple(shape), dtype=np.int8 if dtype == "i8" else np.uint8)
+    return _aligned_numpy(shape, np.int8 if dtype == "i8" else np.uint8)
 
 
 def address(x):

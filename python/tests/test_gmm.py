@@ -93,6 +93,24 @@ class GmmTest(unittest.TestCase):
         np.testing.assert_array_equal(gmmgen.gmm(fortran, self.rhs, SIZES),
                                       gmmgen.gmm(self.lhs, self.rhs, SIZES))
 
+    def test_inputs_past_a_line_and_outputs_on_one(self):
+        # numpy starts large arrays 16 bytes past a 64-byte line; the package's own outputs start
+        # on one (as torch's do), whatever its inputs' placement, and the product is the same.
+        def past_a_line(a):
+            raw = np.empty(a.nbytes + 80, np.uint8)
+            start = -raw.ctypes.data % 64 + 16
+            b = raw[start:start + a.nbytes].view(a.dtype).reshape(a.shape)
+            b[...] = a
+            return b
+        lhs, rhs = past_a_line(gmmgen.to_bf16(self.lhs)), past_a_line(gmmgen.to_bf16(self.rhs))
+        self.assertEqual((lhs.ctypes.data % 64, rhs.ctypes.data % 64), (16, 16))
+        out = gmmgen.gmm(lhs, rhs, SIZES)
+        self.assertEqual(out.ctypes.data % 64, 0)
+        self.assertEqual((out.shape, out.dtype), ((M, N), np.float32))
+        self.assertTrue(out.flags.c_contiguous and out.flags.writeable)
+        assert_close(self, out, ref_gmm(gmmgen.from_bf16(lhs), gmmgen.from_bf16(rhs), SIZES),
+                     self.bound)
+
     def test_group_sizes_kinds(self):
         # Lists and int64 arrays are converted; the result does not change.
         a = gmmgen.gmm(self.lhs, self.rhs, SIZES)

@@ -28,6 +28,7 @@ class QuantizeTest(unittest.TestCase):
         q = gmmgen.quantize(x, "i4", "block:32")
         self.assertEqual(q.codes.shape, (M, K // 2))
         self.assertEqual(q.scales.shape, (M, (K + 31) // 32))
+        self.assertEqual(q.codes.ctypes.data % 64, 0)  # codes start on a line, as torch's do
         blocks = [np.abs(x[:, b:b + 32]).max(axis=1) / 7 for b in range(0, K, 32)]
         np.testing.assert_allclose(q.scales, np.stack(blocks, axis=1).astype(np.float32),
                                    rtol=1e-7)

@@ -22,6 +22,7 @@ class TgmmTest(unittest.TestCase):
         self.assertEqual(out.shape, (G, K, N))
         assert_close(self, out, ref_tgmm(self.lhs, self.rhs, SIZES), self.bound())
         self.assertTrue((out[1] == 0).all())  # the empty group
+        self.assertEqual(out.ctypes.data % 64, 0)  # on a line: f32 rows can be streamed
 
     def test_sharded(self):
         out = gmmgen.tgmm(self.lhs, self.rhs, SIZES, group_offset=OFFSET,
