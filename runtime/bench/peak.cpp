@@ -346,7 +346,7 @@ bool huge_pages() {
 }
 void set_operand_offset(int bytes) {
   if (bytes < 0 || bytes >= 64 || bytes % 16 != 0)
-    throw std::invalid_argument("operand offset " + std::to_string(bytes) +
+    throw std::invalid_argument("offset " + std::to_string(bytes) +
                                 ": must be 0, 16, 32 or 48 (bytes past a 64-byte boundary)");
   operand_offset_bytes = bytes;
 }
