@@ -396,7 +396,10 @@ PYBIND11_MODULE(_gmmgen, m) {
       [](uintptr_t x, int64_t rows, int64_t cols, int64_t x_ld, int dtype,
          const std::string& scheme, int axis, const std::string& calibration, uintptr_t codes,
          int64_t codes_ld, uintptr_t scales) {
-        const QuantizeOptions o = quant_options(dtype, scheme, axis, calibration);
+        // codes and scales are arrays the package made for this call and drops on an error:
+        // x is read once, its values checked as they are encoded.
+        QuantizeOptions o = quant_options(dtype, scheme, axis, calibration);
+        o.check = ValueCheck::kWhileWriting;
         py::gil_scoped_release release;
         quantize(reinterpret_cast<const float*>(x), rows, cols, x_ld, o,
                  reinterpret_cast<void*>(codes), codes_ld, reinterpret_cast<float*>(scales), 0);

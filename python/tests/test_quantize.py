@@ -70,6 +70,16 @@ class QuantizeTest(unittest.TestCase):
         bad[3, 5] = np.inf
         with self.assertRaisesRegex(ValueError, "finite"):
             gmmgen.quantize(bad, "i8")
+        # x is read once, its values checked as they are encoded into arrays of the call's own:
+        # the first value that is not finite is still named, in a stack of experts large enough
+        # to be split over threads, under either calibration.
+        big = randn(rng(36), 4, 256, 160)
+        big[2, 200, 7] = np.nan
+        big[2, 230, 1] = np.inf
+        big[3, 1, 1] = np.inf
+        for scheme, calibration in (("block:32", "absmax"), ("channel", "fixed:-1:1")):
+            with self.assertRaisesRegex(ValueError, r"x\[200, 7\]=nan is not finite"):
+                gmmgen.quantize(big, "i4", scheme, calibration=calibration)
 
     def test_tampered_quantized_is_refused(self):
         """A Quantized whose fields were changed after quantize: every field checked against

@@ -613,7 +613,8 @@ Row run(Runtime& rt, const KernelSpec& spec, const Workload& work, const Options
   }
 
   // Activations quantized in the call (gmm with lhs codes): other f32 activations of the same
-  // distribution, quantized by gmmgen::quantize into the lhs's dtype and scheme (timed alone),
+  // distribution, quantized by gmmgen::quantize into the lhs's dtype and scheme in one pass
+  // (ValueCheck::kWhileWriting, gmmgen_quantize_one_pass; timed alone),
   // and given to Runtime::gmm with GmmOptions::quantize_lhs, which quantizes them and runs this
   // row's kernel, into an output of its own (end to end); and the same from those activations
   // rounded to bf16. Only for isa=native rows: the runtime's call runs the host's best family.
@@ -653,8 +654,10 @@ Row run(Runtime& rt, const KernelSpec& spec, const Workload& work, const Options
       throw std::logic_error("bench: the end-to-end call would run another kernel than " +
                              row.kernel);
   }
+  QuantizeOptions one_pass = act_q ? act_q->options() : QuantizeOptions{};
+  one_pass.check = ValueCheck::kWhileWriting;
   const auto quantize_activations = [&] {
-    quantize(act.data(), M, K, 0, act_q->options(), act_q->mem.data(), 0,
+    quantize(act.data(), M, K, 0, one_pass, act_q->mem.data(), 0,
              act_q->scheme.kind == QuantKind::kNone ? nullptr : act_q->scales.data(), 0);
   };
 

@@ -224,7 +224,8 @@ std::string describe(const QuantizeOptions& o, int64_t rows, int64_t cols) {
 // padding NaN, outputs' padding poisoned) or packed ones.
 void check_against_reference(const QuantizeOptions& o, int64_t rows, int64_t cols, bool padded,
                              uint64_t seed) {
-  SCOPED_TRACE(describe(o, rows, cols) + (padded ? " padded" : " packed"));
+  SCOPED_TRACE(describe(o, rows, cols) + (padded ? " padded" : " packed") +
+               (o.check == ValueCheck::kWhileWriting ? " while writing" : ""));
   const int per = codes::elements_per_byte(o.dtype);
   const int64_t ld = padded ? cols + 3 : cols;
   const int64_t packed_cld = cdiv(cols, per) * per;
@@ -263,8 +264,8 @@ void check_against_reference(const QuantizeOptions& o, int64_t rows, int64_t col
     return;
   }
 
-  // Round trip: integer codes lie within s/2 of the (clipped) value; dequantize gives the
-  // reference x̂ bit for bit.
+  // Round trip: integer codes lie within s/2 of the (clipped) value, x̂ = code * s within half an
+  // f32 step of its own value on top; dequantize gives the reference x̂ bit for bit.
   const bool fixed = o.calibration.kind == Calibration::Kind::kFixed;
   if (o.dtype == DType::kI8 || o.dtype == DType::kI4 || o.dtype == DType::kT2)
     for (int64_t r = 0; r < rows; ++r)
@@ -273,7 +274,8 @@ void check_against_reference(const QuantizeOptions& o, int64_t rows, int64_t col
         const double s = ref.scales[size_t(i * scols + j)];
         double v = x[size_t(r * ld + c)];
         if (fixed) v = std::min(std::max(v, o.calibration.lo), o.calibration.hi);
-        ASSERT_LE(std::fabs(v - double(ref.xhat[size_t(r * cols + c)])), s / 2 * (1 + 1e-6))
+        const double xhat = ref.xhat[size_t(r * cols + c)];
+        ASSERT_LE(std::fabs(v - xhat), s / 2 * (1 + 1e-6) + std::fabs(xhat) * 0x1p-24)
             << "element [" << r << ", " << c << "]";
       }
   const int64_t xld = padded ? cols + 1 : cols;
@@ -316,6 +318,8 @@ TEST_P(QuantizeDtype, MatchesFloat64ReferenceOnRaggedShapes) {
           o.axis = axis;
           o.calibration = parse_calibration(cal);
           for (bool padded : {false, true}) {
+            // Values checked before any write, or (one pass) while writing: the same bits.
+            o.check = padded ? ValueCheck::kWhileWriting : ValueCheck::kBeforeWrites;
             check_against_reference(o, rows, cols, padded, seed++);
             if (HasFatalFailure() || HasFailure()) return;
           }
@@ -342,8 +346,11 @@ TEST_P(QuantizeDtype, LargeInputsSplitOverThePoolMatchTheReference) {
           o.scheme = scheme(s);
           o.axis = axis;
           o.calibration = parse_calibration(cal);
-          check_against_reference(o, rows, cols, false, seed++);
-          if (HasFatalFailure() || HasFailure()) return;
+          for (ValueCheck check : {ValueCheck::kBeforeWrites, ValueCheck::kWhileWriting}) {
+            o.check = check;
+            check_against_reference(o, rows, cols, false, seed++);
+            if (HasFatalFailure() || HasFailure()) return;
+          }
         }
 }
 
@@ -986,6 +993,63 @@ TEST(QuantizeErrors, NameTheParameterAndLeaveOutputsUntouched) {
                "scales overlaps codes");
 }
 
+// Values checked while writing (one pass over x): every argument error still leaves the outputs
+// untouched, and the first value that is not finite in row-major order is still named, whichever
+// panel or thread meets a bad value first: absmax (the panels' maxima) and fixed calibration (each
+// row run before its codes), block, channel and tensor scales, both axes, inputs split over the
+// pool, fp8 without scales.
+TEST(QuantizeErrors, WhileWritingStillNamesTheFirstValueThatIsNotFinite) {
+  expect_error(
+      [](QuantizeCall& c) {
+        c.o.check = ValueCheck::kWhileWriting;
+        c.o.scheme = Quant{QuantKind::kBlock, 12, 0};
+      },
+      "block size 12");
+  expect_error([](QuantizeCall& c) { c.o.check = ValueCheck(5); },
+               "check=5 is not 0 (kBeforeWrites) or 1 (kWhileWriting)");
+  {
+    struct Case {
+      DType dtype;
+      const char* scheme;
+      QuantAxis axis;
+      const char* calibration;
+    };
+    const Case cases[] = {
+        {DType::kI8, "block:32", QuantAxis::kCols, "absmax"},
+        {DType::kI4, "block:32", QuantAxis::kCols, "fixed:-1:1"},
+        {DType::kI8, "channel", QuantAxis::kCols, "fixed:-2:2"},
+        {DType::kI8, "channel", QuantAxis::kRows, "absmax"},
+        {DType::kNF4, "block:16x32", QuantAxis::kRows, "fixed:-1:1"},
+        {DType::kI8, "tensor", QuantAxis::kCols, "absmax"},
+        {DType::kT2, "tensor", QuantAxis::kCols, "fixed:-1:1"},
+        {DType::kF8E4M3, "none", QuantAxis::kCols, "absmax"},
+    };
+    for (const Case& k : cases) {
+      const int64_t rows = 1000, cols = 72;
+      SCOPED_TRACE(std::string(to_string(k.dtype)) + " " + k.scheme + " " + k.calibration);
+      std::vector<float> x = random_matrix(rows, cols, cols, 77);
+      x[size_t(990 * cols + 3)] = INFINITY;
+      x[size_t(601 * cols + 71)] = std::nanf("");  // the first
+      x[size_t(700 * cols)] = -INFINITY;
+      QuantizeOptions o;
+      o.dtype = k.dtype, o.scheme = scheme(k.scheme), o.axis = k.axis;
+      o.calibration = parse_calibration(k.calibration);
+      o.check = ValueCheck::kWhileWriting;
+      std::vector<uint8_t> q(size_t(rows * cols));
+      const ScaleShape sh = scale_shape(o.scheme, o.axis, rows, cols);
+      std::vector<float> sc(size_t(std::max<int64_t>(1, sh.rows * sh.cols)));
+      try {
+        quantize(x.data(), rows, cols, 0, o, q.data(), 0,
+                 o.scheme.kind == QuantKind::kNone ? nullptr : sc.data(), 0);
+        ADD_FAILURE() << "no error";
+      } catch (const InvalidArgument& e) {
+        EXPECT_NE(std::string(e.what()).find("x[601, 71]=nan is not finite"), std::string::npos)
+            << e.what();
+      }
+    }
+  }
+}
+
 TEST(QuantizeErrors, DualAndDequantizeValidateToo) {
   const std::vector<float> x = random_matrix(8, 20, 20, 4);
   std::vector<uint8_t> rq(200, kCodePoison), cq(200, kCodePoison);
@@ -1109,6 +1173,15 @@ TEST(QuantizeCApi, ReturnsCodesAndMessages) {
   quantize(x.data(), rows, cols, 0, o, q1.data(), 0, s1.data(), 0);
   EXPECT_TRUE(q == q1);
   EXPECT_TRUE(s == s1);
+  // One pass: the same bits.
+  std::vector<uint8_t> q2(q.size(), kCodePoison);
+  std::vector<float> s2(s.size(), kScalePoison);
+  ASSERT_EQ(GMMGEN_OK, gmmgen_quantize_one_pass(x.data(), rows, cols, 0, GMMGEN_DTYPE_I4,
+                                                "block:16", GMMGEN_QUANT_AXIS_COLS, "fixed:-1.5:2",
+                                                q2.data(), 0, s2.data(), 0, err, sizeof err))
+      << err;
+  EXPECT_TRUE(q == q2);
+  EXPECT_TRUE(s == s2);
 
   std::vector<float> xhat(rows * cols, kScalePoison), xhat1 = xhat;
   ASSERT_EQ(GMMGEN_OK,
@@ -1162,6 +1235,15 @@ TEST(QuantizeCApi, ReturnsCodesAndMessages) {
                               q.data(), 0, s.data(), 0, err, sizeof err));
     EXPECT_NE(std::string(err).find(b.needle), std::string::npos) << err;
     EXPECT_TRUE(q == q_before && s == s_before) << b.needle;
+    // One pass: the same errors; only a value that is not finite may leave outputs written.
+    std::strcpy(err, "stale");
+    EXPECT_EQ(GMMGEN_ERR_INVALID_ARGUMENT,
+              gmmgen_quantize_one_pass(b.x, rows, cols, 0, b.dtype, b.scheme, b.axis, b.calibration,
+                                       q.data(), 0, s.data(), 0, err, sizeof err));
+    EXPECT_NE(std::string(err).find(b.needle), std::string::npos) << err;
+    if (b.x == x.data()) {
+      EXPECT_TRUE(q == q_before && s == s_before) << b.needle;
+    }
   }
   EXPECT_EQ(
       GMMGEN_ERR_INVALID_ARGUMENT,

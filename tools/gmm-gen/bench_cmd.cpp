@@ -308,7 +308,8 @@ int run_bench(const BenchOptions& o) {
     if (!r.ok || r.end_to_end_ms <= 0) continue;
     if (!e2e_header) {
       std::printf(
-          "\nend to end: f32 activations, quantized by gmmgen_quantize alone (quant ms), and "
+          "\nend to end: f32 activations, quantized alone in one pass (gmmgen_quantize_one_pass: "
+          "quant ms), and "
           "quantized in the gmm call (quantize_lhs: e2e; from bf16 activations: e2e bf16)\n"
           "%-5s %-5s %-*s %10s %7s %6s %10s %10s %10s %7s %9s %11s\n",
           "shape", "op", w, "lhs x rhs -> out", "quant ms", "GB/s", "% bw", "kernel ms", "e2e ms",

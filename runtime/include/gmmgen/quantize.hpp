@@ -38,7 +38,8 @@
 //
 // Every function validates all of its arguments, x's values included (non-finite values are an
 // error naming the first bad index), before it writes anything, and throws InvalidArgument
-// (gmmgen/errors.hpp) naming the parameter and the rule.
+// (gmmgen/errors.hpp) naming the parameter and the rule. The one exception is asked for:
+// quantize with ValueCheck::kWhileWriting checks x's values as it encodes them.
 #pragma once
 
 #include <cstdint>
@@ -67,13 +68,22 @@ std::string to_string(const Calibration& c);
 // A scheme as in specs: "none", "tensor", "channel", "block:B", "block:BxC".
 Quant parse_quant_scheme(std::string_view text);
 
+// When quantize checks that x's values are finite. kBeforeWrites: all of x before anything is
+// written, which reads x twice (its maxima or a scan, then the codes). kWhileWriting: each panel
+// of x as it is encoded, which reads x once from memory (the second look hits the cache): a value
+// that is not finite is the same error, naming the first in row-major order, but codes and
+// scales may by then be partly written. Tensor scales under absmax read x twice either way (the
+// scale needs every value before the first code).
+enum class ValueCheck : int32_t { kBeforeWrites = 0, kWhileWriting = 1 };
+
 struct QuantizeOptions {
   DType dtype = DType::kI8;
   // tensor, channel, block:B or block:BxC (B, C powers of two in [16, 8192], as in specs);
   // none only for fp8 with absmax calibration: a plain saturating cast, no scales.
   Quant scheme{QuantKind::kTensor, 0, 0};
   QuantAxis axis = QuantAxis::kCols;
-  Calibration calibration;  // quantize only; dequantize ignores it
+  Calibration calibration;                       // quantize only; dequantize ignores it
+  ValueCheck check = ValueCheck::kBeforeWrites;  // quantize only
 };
 
 // The storage shape of the scales of a [rows, cols] matrix (see the layouts above); {0, 0}

@@ -170,6 +170,15 @@ int gmmgen_quantize(const float* x, int64_t rows, int64_t cols, int64_t x_ld, in
                     const char* scheme, int32_t axis, const char* calibration, void* codes,
                     int64_t codes_ld, float* scales, int64_t scales_ld, char* err, size_t err_len);
 
+/* gmmgen_quantize in one read of x (C++: ValueCheck::kWhileWriting), at memory speed where
+ * gmmgen_quantize reads x twice: x's values are checked as they are encoded, so a value that is
+ * not finite is the same error (naming the first) but codes and scales may then be partly
+ * written. Every other argument is checked before anything is written, as there. */
+int gmmgen_quantize_one_pass(const float* x, int64_t rows, int64_t cols, int64_t x_ld,
+                             int32_t dtype, const char* scheme, int32_t axis,
+                             const char* calibration, void* codes, int64_t codes_ld, float* scales,
+                             int64_t scales_ld, char* err, size_t err_len);
+
 /* An activation x [M, K] quantized with scheme "block:B" both row-wise (row_codes [M, K],
  * row_scales [M, ceil(K/B)]: as gmmgen_quantize with axis COLS) and column-wise (col_codes
  * [M, K], col_scales [ceil(M/B), K]: axis ROWS), in one call that reads x twice (the maxima,

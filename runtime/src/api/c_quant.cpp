@@ -38,17 +38,38 @@ gmmgen::QuantAxis axis_of(int32_t axis) {
 
 extern "C" {
 
-int gmmgen_quantize(const float* x, int64_t rows, int64_t cols, int64_t x_ld, int32_t dtype,
-                    const char* scheme, int32_t axis, const char* calibration, void* codes,
-                    int64_t codes_ld, float* scales, int64_t scales_ld, char* err, size_t err_len) {
+namespace {
+
+int quantize_c(const float* x, int64_t rows, int64_t cols, int64_t x_ld, int32_t dtype,
+               const char* scheme, int32_t axis, const char* calibration, void* codes,
+               int64_t codes_ld, float* scales, int64_t scales_ld, gmmgen::ValueCheck check,
+               char* err, size_t err_len) {
   return guarded(err, err_len, [&] {
     gmmgen::QuantizeOptions o;
     o.dtype = dtype_of(dtype);
     o.scheme = scheme_of(scheme);
     o.axis = axis_of(axis);
     o.calibration = calibration_of(calibration);
+    o.check = check;
     gmmgen::quantize(x, rows, cols, x_ld, o, codes, codes_ld, scales, scales_ld);
   });
+}
+
+}  // namespace
+
+int gmmgen_quantize(const float* x, int64_t rows, int64_t cols, int64_t x_ld, int32_t dtype,
+                    const char* scheme, int32_t axis, const char* calibration, void* codes,
+                    int64_t codes_ld, float* scales, int64_t scales_ld, char* err, size_t err_len) {
+  return quantize_c(x, rows, cols, x_ld, dtype, scheme, axis, calibration, codes, codes_ld, scales,
+                    scales_ld, gmmgen::ValueCheck::kBeforeWrites, err, err_len);
+}
+
+int gmmgen_quantize_one_pass(const float* x, int64_t rows, int64_t cols, int64_t x_ld,
+                             int32_t dtype, const char* scheme, int32_t axis,
+                             const char* calibration, void* codes, int64_t codes_ld, float* scales,
+                             int64_t scales_ld, char* err, size_t err_len) {
+  return quantize_c(x, rows, cols, x_ld, dtype, scheme, axis, calibration, codes, codes_ld, scales,
+                    scales_ld, gmmgen::ValueCheck::kWhileWriting, err, err_len);
 }
 
 int gmmgen_quantize_dual(const float* x, int64_t rows, int64_t cols, int64_t x_ld, int32_t dtype,

@@ -246,6 +246,11 @@ void check_axis(QuantAxis a) {
     fail("axis=" + std::to_string(int32_t(a)) + " is not 0 (rows) or 1 (cols)");
 }
 
+void check_value_check(ValueCheck v) {
+  if (v != ValueCheck::kBeforeWrites && v != ValueCheck::kWhileWriting)
+    fail("check=" + std::to_string(int32_t(v)) + " is not 0 (kBeforeWrites) or 1 (kWhileWriting)");
+}
+
 void check_calibration(const Calibration& c, DType d) {
   if (c.kind == Calibration::Kind::kAbsmax) return;
   if (c.kind != Calibration::Kind::kFixed)
@@ -415,6 +420,15 @@ struct Source {
   // Every block's scale, taken before any write (block_scales: [grid_rows, grid_cols]), or null:
   // the panels then take their own maxima.
   const float* scales = nullptr;
+  // Whether each row run is checked for values that are not finite just before it is encoded
+  // (while writing, where no maxima see every value): a bad one sets *bad and writes nothing more
+  // of its panel.
+  bool check_runs = false;
+  bool bad_run(const float* row, int64_t c0, int64_t c1) const {
+    if (!check_runs || !quant_runs::any_not_finite(row + c0, c1 - c0)) return false;
+    bad->store(true);
+    return true;
+  }
   // Row r's values as f32, valid at columns [c0, c1): x's own row, or the bf16 row widened into
   // buf (a row_buffer()) there. The arithmetic after this never sees the input's dtype.
   const float* row(int64_t r, int64_t c0, int64_t c1, float* buf) const {
@@ -622,9 +636,11 @@ void quantize_panel(const Source& src, const Codec& k, const Output& out, const 
   }
   if (scaled && p.sl == 0)
     for (int64_t b = 0; b < nb; ++b) out.scales[l.index(bi, bj0 + b)] = s[b];
-  for (int64_t r = r0; r < r1; ++r)
-    encode_run<D>(k, src, widened ? widened : src.row(r, c0, c1, buf), c0, c1, s, scale_run(l.bc),
-                  out.codes + r * out.code_stride);
+  for (int64_t r = r0; r < r1; ++r) {
+    const float* row = widened ? widened : src.row(r, c0, c1, buf);
+    if (src.bad_run(row, c0, c1)) return;
+    encode_run<D>(k, src, row, c0, c1, s, scale_run(l.bc), out.codes + r * out.code_stride);
+  }
 }
 
 // One block covering every row and column (tensor scales): its amax over row ranges, then its rows
@@ -650,9 +666,11 @@ void quantize_one_block(const Source& src, const Codec& k, const Output& out) {
   out.scales[out.layout.index(0, 0)] = scale;
   for_items(*src.pool, src.rows, elements, [&](int64_t r0, int64_t r1) {
     std::vector<float> buf = src.row_buffer();
-    for (int64_t r = r0; r < r1; ++r)
-      encode_run<D>(k, src, src.row(r, 0, src.cols, buf.data()), 0, src.cols, &scale, kOneScale,
-                    out.codes + r * out.code_stride);
+    for (int64_t r = r0; r < r1; ++r) {
+      const float* row = src.row(r, 0, src.cols, buf.data());
+      if (src.bad_run(row, 0, src.cols)) return;
+      encode_run<D>(k, src, row, 0, src.cols, &scale, kOneScale, out.codes + r * out.code_stride);
+    }
   });
 }
 
@@ -870,30 +888,29 @@ void check_options(const QuantizeOptions& o) {
   check_axis(o.axis);
   check_calibration(o.calibration, o.dtype);
   check_scheme(o.scheme, o.dtype, o.calibration, "scheme");
+  check_value_check(o.check);
 }
 
-// When x's values are checked: before anything is written (kBeforeWrites: the caller's outputs),
-// or while the outputs are written (kWhileWriting: outputs of the runtime's own, which an error
-// leaves half written). Under absmax calibration every value passes through a block maximum,
-// which is not finite if one of its values is not: the check rides on the maxima, taken before
-// any write (kBeforeWrites: every block's scale into a scratch first, block_scales; one block of
-// tensor scales in its own two passes) or as each panel is written (kWhileWriting). Without
-// maxima (fixed calibration, no scales) a scan of x runs first. Either way kBeforeWrites reads x
-// twice (a 2048 x 4096 f32 matrix quantized again and again: a scan, then maxima and codes per
-// panel, took 1.2-1.36x the time).
-enum class Check { kBeforeWrites, kWhileWriting };
-
+// x's values are checked (ValueCheck) by the maxima under absmax calibration: every value passes
+// through a block maximum, which is not finite if one of its values is not. kBeforeWrites takes
+// them before any write (every block's scale into a scratch, block_scales; one block of tensor
+// scales in its own two passes) or, without maxima (fixed calibration, no scales), scans x
+// first; either way x is read twice. kWhileWriting lets each panel take its maxima as it is
+// written, or check each row run just before encoding it (Source::check_runs), so x is read once
+// from memory. A bad value found either way is named by check_finite, which rescans x.
 void run_quantize(ThreadPool& pool, const void* x, DType x_dtype, int64_t rows, int64_t cols,
-                  int64_t ld, const QuantizeOptions& o, const Output& out, Check check) {
+                  int64_t ld, const QuantizeOptions& o, const Output& out) {
   const Codec k(o.dtype);
   Source src = make_source(x, x_dtype, rows, cols, ld, o.calibration, k, pool);
   const bool maxima = out.scales && o.calibration.kind == Calibration::Kind::kAbsmax;
   const bool one_block = out.layout.grid_rows == 1 && out.layout.grid_cols == 1;
-  if (!maxima) check_finite(src);
+  const bool before = o.check == ValueCheck::kBeforeWrites;
+  if (!maxima && before) check_finite(src);
   std::atomic<bool> bad{false};
-  if (maxima) src.bad = &bad;
+  src.bad = &bad;
+  src.check_runs = !maxima && !before;
   std::vector<float> scales;
-  if (maxima && check == Check::kBeforeWrites && !one_block) {
+  if (maxima && before && !one_block) {
     scales.resize(static_cast<size_t>(out.layout.grid_rows * out.layout.grid_cols));
     block_scales(src, k, out.layout, scales.data());
     if (bad) check_finite(src);  // throws, naming the first value that is not finite
@@ -915,7 +932,7 @@ void quantize(const float* x, int64_t rows, int64_t cols, int64_t x_ld, const Qu
   cr.name = "codes", sr.name = "scales";
   check_disjoint({xr, cr, sr});
   if (rows == 0 || cols == 0) return;
-  run_quantize(process_pool(), x, DType::kF32, rows, cols, ld, o, out, Check::kBeforeWrites);
+  run_quantize(process_pool(), x, DType::kF32, rows, cols, ld, o, out);
 }
 
 bool first_not_finite(const float* x, int64_t rows, int64_t cols, int64_t ld, ThreadPool& pool,
@@ -943,7 +960,9 @@ void quantize_into_scratch(const void* x, DType x_dtype, int64_t rows, int64_t c
   out.code_stride = packed_codes_ld(o.dtype, cols) / codes::elements_per_byte(o.dtype);
   out.codes = static_cast<uint8_t*>(codes);
   out.scales = o.scheme.kind == QuantKind::kNone ? nullptr : scales;
-  run_quantize(pool, x, x_dtype, rows, cols, x_ld ? x_ld : cols, o, out, Check::kWhileWriting);
+  QuantizeOptions once = o;
+  once.check = ValueCheck::kWhileWriting;
+  run_quantize(pool, x, x_dtype, rows, cols, x_ld ? x_ld : cols, once, out);
 }
 
 void quantize_dual(const float* x, int64_t rows, int64_t cols, int64_t x_ld,

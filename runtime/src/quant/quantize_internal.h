@@ -1,7 +1,7 @@
 // The quantizer for the runtime's own calls that quantize an operand (GmmOptions::quantize_lhs):
 // its argument checks apart from its work, so that the call checks its arguments before its
 // scratch grows; the work on the call's pool, into that scratch, checking x's values as it reads
-// them (one pass over x where quantize() makes two).
+// them (one pass over x, as quantize() with ValueCheck::kWhileWriting).
 #pragma once
 
 #include <cstdint>
@@ -27,9 +27,9 @@ void check_quantize_args(const void* x, DType x_dtype, int64_t rows, int64_t col
 
 // quantize() after check_quantize_args, into packed outputs of the caller's own (codes
 // [rows, packed_codes_ld(dtype, cols)], scales of scale_shape(), packed), split over `pool`.
-// x's values are checked as they are read (under absmax calibration, in the same pass as the
-// codes): a value that is not finite throws quantize()'s InvalidArgument, after some of the
-// outputs may have been written.
+// x's values are checked as they are read (ValueCheck::kWhileWriting, whatever o.check says): a
+// value that is not finite throws quantize()'s InvalidArgument, after some of the outputs may
+// have been written.
 void quantize_into_scratch(const void* x, DType x_dtype, int64_t rows, int64_t cols, int64_t x_ld,
                            const QuantizeOptions& o, void* codes, float* scales, ThreadPool& pool);
 
