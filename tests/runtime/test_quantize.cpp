@@ -10,6 +10,7 @@
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <random>
 #include <string>
 #include <tuple>
@@ -18,6 +19,7 @@
 #include "gmmgen/codes.h"
 #include "gmmgen/quantize.hpp"
 #include "gmmgen/runtime_c.h"
+#include "quant/vector_runs.h"
 
 namespace gmmgen {
 namespace {
@@ -29,6 +31,37 @@ constexpr float kScalePoison = -7.25f;
 
 bool is_fp8(DType d) {
   return d == DType::kF8E4M3 || d == DType::kF8E5M2;
+}
+
+// The quantizers' vector code, capped for a scope: tests run each level the host has (AVX-512,
+// AVX2, none), so that an AVX-512 host checks the AVX2 code too.
+using quant_runs::VectorCode;
+constexpr VectorCode kVectorCodes[] = {VectorCode::kAvx512, VectorCode::kAvx2, VectorCode::kScalar};
+
+struct VectorCap {
+  explicit VectorCap(VectorCode c) { quant_runs::cap_vector_code(c); }
+  ~VectorCap() { quant_runs::cap_vector_code(VectorCode::kAvx512); }
+  VectorCap(const VectorCap&) = delete;
+  VectorCap& operator=(const VectorCap&) = delete;
+};
+
+bool host_runs(VectorCode c) {
+  return c <= quant_runs::vector_code();  // uncapped outside a VectorCap
+}
+
+const char* name_of(VectorCode c) {
+  return c == VectorCode::kAvx512 ? "avx512" : c == VectorCode::kAvx2 ? "avx2" : "scalar";
+}
+
+// f(level) under each level the host runs, traced.
+template <typename F>
+void for_each_vector_code(F&& f) {
+  for (VectorCode c : kVectorCodes) {
+    if (!host_runs(c)) continue;
+    SCOPED_TRACE(std::string("vector code ") + name_of(c));
+    const VectorCap cap(c);
+    f();
+  }
 }
 
 // ---- The float64 reference ----------------------------------------------------------------
@@ -298,13 +331,24 @@ Quant scheme(const char* text) {
 
 // ---- Every dtype x scheme x axis x calibration on ragged shapes ----------------------------
 
-class QuantizeDtype : public ::testing::TestWithParam<DType> {};
+// Each dtype under each vector code level (a level the host lacks is skipped).
+class QuantizeDtype : public ::testing::TestWithParam<std::tuple<DType, VectorCode>> {
+ protected:
+  void SetUp() override {
+    if (!host_runs(std::get<1>(GetParam()))) GTEST_SKIP() << "the host lacks this vector code";
+    cap_.emplace(std::get<1>(GetParam()));
+  }
+  void TearDown() override { cap_.reset(); }
+  std::optional<VectorCap> cap_;
+};
 
 TEST_P(QuantizeDtype, MatchesFloat64ReferenceOnRaggedShapes) {
-  const DType d = GetParam();
+  const DType d = std::get<0>(GetParam());
   // cols not a multiple of any block, odd cols for the sub-byte dtypes, a single row, a single
-  // column, partial last blocks along both axes.
-  const std::pair<int64_t, int64_t> shapes[] = {{1, 37}, {45, 67}, {70, 33}, {17, 1}, {33, 16}};
+  // column, partial last blocks along both axes, rows long enough for the vector code's groups of
+  // blocks (8 or 16 blocks of 16 or 32 at a time).
+  const std::pair<int64_t, int64_t> shapes[] = {{1, 37}, {45, 67}, {70, 33},
+                                                {17, 1}, {33, 16}, {5, 1031}};
   const char* schemes[] = {"tensor",   "channel",     "block:16",
                            "block:32", "block:16x32", "block:32x16"};
   uint64_t seed = 1;
@@ -335,10 +379,10 @@ TEST_P(QuantizeDtype, MatchesFloat64ReferenceOnRaggedShapes) {
 // Inputs of 32768 elements and more are split over the quantizers' pool: row panels, column
 // chunks (one scale per column), and the single block of tensor scales (its amax, then its rows).
 TEST_P(QuantizeDtype, LargeInputsSplitOverThePoolMatchTheReference) {
-  const DType d = GetParam();
+  const DType d = std::get<0>(GetParam());
   uint64_t seed = 500;
   for (const auto& [rows, cols] : {std::pair<int64_t, int64_t>{300, 131}, {3, 11001}})
-    for (const char* s : {"tensor", "channel", "block:32", "block:16x32"})
+    for (const char* s : {"tensor", "channel", "block:32", "block:128", "block:16x32"})
       for (QuantAxis axis : {QuantAxis::kCols, QuantAxis::kRows})
         for (const char* cal : {"absmax", "fixed:-1.5:2"}) {
           QuantizeOptions o;
@@ -354,8 +398,13 @@ TEST_P(QuantizeDtype, LargeInputsSplitOverThePoolMatchTheReference) {
         }
 }
 
-INSTANTIATE_TEST_SUITE_P(Quantize, QuantizeDtype, ::testing::ValuesIn(kQuantized),
-                         [](const auto& info) { return std::string(to_string(info.param)); });
+INSTANTIATE_TEST_SUITE_P(Quantize, QuantizeDtype,
+                         ::testing::Combine(::testing::ValuesIn(kQuantized),
+                                            ::testing::ValuesIn(kVectorCodes)),
+                         [](const auto& info) {
+                           return std::string(to_string(std::get<0>(info.param))) + "_" +
+                                  name_of(std::get<1>(info.param));
+                         });
 
 // ---- Codes ----------------------------------------------------------------------------------
 
@@ -554,39 +603,91 @@ void expect_codes_at_ties(DType d, const std::vector<float>& v, double s) {
         << "x=" << v[size_t(i)];
 }
 
-// Values next to ties, x = (j + 1/2) * s rounded to f32, and their neighbours, in runs long
-// enough for the vector code: their f32 quotients x / s mostly land on the tie itself, while the
-// exact ones lie on either side. Then with s a power of two, where x / s is exactly the tie.
-TEST(QuantizeCodes, IntegerRowsMatchEncodeCodeAtTies) {
-  std::mt19937 rng(5);
-  for (DType d : {DType::kI8, DType::kI4})
-    for (const float amax : {1.0f, float(codes::qmax(d) / 8)}) {  // s = 1/qmax, 1/8
-      const double qmax = codes::qmax(d);
-      const double s = double(float(double(amax) / qmax));  // the absmax scale
-      SCOPED_TRACE(std::string(to_string(d)) + " s=" + std::to_string(s));
-      std::vector<float> v{amax};
-      for (double j = -qmax; j < qmax; ++j) {  // every tie inside [-qmax, qmax]
-        const float tie = float((j + 0.5) * s);
-        v.insert(v.end(), {tie, std::nextafter(tie, -1e30f), std::nextafter(tie, 1e30f)});
-      }
-      std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-      while (v.size() % 16 != 11) v.push_back(u(rng) * amax);
-      expect_codes_at_ties(d, v, s);
+// amax, then x = t * s rounded to f32 for every tie t, and the f32 values 1, 2, ..., `steps` steps
+// below and above each x; each value starts a group of 16 of its own, the rest of it zeros, so that
+// a value near a tie, which sends its whole group of codes to the f64 path, sends no other there:
+// every one of them meets the vector code's own rounding.
+std::vector<float> tie_row(float amax, double s, const std::vector<double>& ties, int steps) {
+  std::vector<float> v{amax};
+  const auto add = [&v](float x) {
+    v.resize(v.size() / 16 * 16 + 16, 0.0f);
+    v.push_back(x);
+  };
+  for (double t : ties) {
+    const float x = float(t * s);
+    add(x);
+    float below = x, above = x;
+    for (int step = 0; step < steps; ++step) {
+      below = std::nextafter(below, -1e30f), above = std::nextafter(above, 1e30f);
+      add(below), add(above);
     }
+  }
+  return v;
 }
 
-// amax, then m * s rounded to f32 and its two f32 neighbours for every midpoint m between
-// neighbouring levels of d, then values in [-amax, amax] until the row has at least min_size
-// values and rest modulo mod.
+// Values next to ties, x = (j + 1/2) * s rounded to f32, and their neighbours up to 3 f32 steps
+// away, in runs long enough for the vector code (64 at a time where a scale is shared): their
+// f32 quotients x / s and products x * (1 / s) land on the tie or either side of it, while the
+// exact ones lie on either side. Scales whose reciprocals are not f32 values (amax 1, 0.37,
+// 3.3, 1234.5: s = amax / qmax), then a power of two, where x / s is exactly the tie; each under
+// every vector code level the host runs.
+TEST(QuantizeCodes, IntegerRowsMatchEncodeCodeAtTies) {
+  for_each_vector_code([] {
+    std::mt19937 rng(5);
+    for (DType d : {DType::kI8, DType::kI4})
+      for (const float amax : {1.0f, 0.37f, 3.3f, 1234.5f, float(codes::qmax(d) / 8)}) {
+        const double qmax = codes::qmax(d);
+        const double s = double(float(double(amax) / qmax));  // the absmax scale
+        SCOPED_TRACE(std::string(to_string(d)) + " s=" + std::to_string(s));
+        std::vector<double> ties;  // every tie inside [-qmax, qmax]
+        for (double j = -qmax; j < qmax; ++j) ties.push_back(j + 0.5);
+        std::vector<float> v = tie_row(amax, s, ties, 3);
+        std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+        while (v.size() % 16 != 11) v.push_back(u(rng) * amax);
+        expect_codes_at_ties(d, v, s);
+        if (HasFatalFailure()) return;
+      }
+  });
+}
+
+// Blocks whose scales are too small for an f32 reciprocal (subnormal: the block's values are
+// tiny) beside ordinary ones, in rows long enough for the vector code: every code is encode_code's
+// of the exact quotient, under every vector code level the host runs.
+TEST(QuantizeCodes, IntegerRowsWithSubnormalScalesMatchEncodeCode) {
+  for_each_vector_code([] {
+    std::mt19937 rng(13);
+    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+    for (DType d : {DType::kI8, DType::kI4}) {
+      SCOPED_TRACE(std::string(to_string(d)));
+      const int64_t n = 16 * 40 + 7;
+      std::vector<float> v(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i)  // every third block of 16 tiny, some of them subnormal
+        v[size_t(i)] = u(rng) * (i / 16 % 3 == 1 ? (i / 48 % 2 ? 1e-39f : 1e-36f) : 2.0f);
+      QuantizeOptions o;
+      o.dtype = d;
+      o.scheme = scheme("block:16");
+      std::vector<uint8_t> q(static_cast<size_t>(n));
+      std::vector<float> sb(size_t((n + 15) / 16));
+      quantize(v.data(), 1, n, 0, o, q.data(), 0, sb.data(), 0);
+      EXPECT_LT(sb[4], std::numeric_limits<float>::min());  // block 4: values ~1e-39
+      for (int64_t i = 0; i < n; ++i)
+        ASSERT_EQ(int(encode_code(d, double(v[size_t(i)]) / sb[size_t(i / 16)])),
+                  int(codes::get_code(q.data(), i, bits_of(d))))
+            << "x=" << v[size_t(i)] << " s=" << sb[size_t(i / 16)];
+    }
+  });
+}
+
+// amax, then m * s rounded to f32 and its f32 neighbours up to `steps` away for every midpoint m
+// between neighbouring levels of d (tie_row), then values in [-amax, amax] until the row has at
+// least min_size values and rest modulo mod.
 std::vector<float> midpoint_row(DType d, float amax, double s, std::mt19937& rng, size_t min_size,
-                                size_t mod, size_t rest) {
+                                size_t mod, size_t rest, int steps = 1) {
   std::vector<double> levels = code_table(d).values;
   std::sort(levels.begin(), levels.end());
-  std::vector<float> v{amax};
-  for (size_t i = 0; i + 1 < levels.size(); ++i) {
-    const float tie = float((levels[i] + levels[i + 1]) / 2 * s);
-    v.insert(v.end(), {tie, std::nextafter(tie, -1e30f), std::nextafter(tie, 1e30f)});
-  }
+  std::vector<double> mids;
+  for (size_t i = 0; i + 1 < levels.size(); ++i) mids.push_back((levels[i] + levels[i + 1]) / 2);
+  std::vector<float> v = tie_row(amax, s, mids, steps);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   while (v.size() < min_size || v.size() % mod != rest) v.push_back(u(rng) * amax);
   return v;
@@ -594,16 +695,20 @@ std::vector<float> midpoint_row(DType d, float amax, double s, std::mt19937& rng
 
 // The same for fp8 (sixteen or eight codes at a time from f32 quotients): x = m * s rounded to
 // f32 for every midpoint m between neighbouring levels, subnormal ones included, and its
-// neighbours; then with s a power of two, where x / s is exactly m.
+// neighbours up to 3 f32 steps away, with several absmax scales, then a power of two, where x / s
+// is exactly m.
 TEST(QuantizeCodes, Fp8RowsMatchEncodeCodeAtTies) {
-  std::mt19937 rng(7);
-  for (DType d : {DType::kF8E4M3, DType::kF8E5M2})
-    for (const float amax : {1.0f, float(codes::qmax(d) / 64)}) {  // s = 1/max, 1/64
-      const double qmax = codes::qmax(d);
-      const double s = double(float(double(amax) / qmax));  // the absmax scale
-      SCOPED_TRACE(std::string(to_string(d)) + " s=" + std::to_string(s));
-      expect_codes_at_ties(d, midpoint_row(d, amax, s, rng, 0, 32, 21), s);
-    }
+  for_each_vector_code([] {
+    std::mt19937 rng(7);
+    for (DType d : {DType::kF8E4M3, DType::kF8E5M2})
+      for (const float amax : {1.0f, 0.37f, 3.3f, 1234.5f, float(codes::qmax(d) / 64)}) {
+        const double qmax = codes::qmax(d);
+        const double s = double(float(double(amax) / qmax));  // the absmax scale
+        SCOPED_TRACE(std::string(to_string(d)) + " s=" + std::to_string(s));
+        expect_codes_at_ties(d, midpoint_row(d, amax, s, rng, 0, 32, 21, 3), s);
+        if (HasFatalFailure()) return;
+      }
+  });
 }
 
 // The same for nf4 and t2 (sixteen codes at a time from f64 quotients and comparisons where the
@@ -1007,7 +1112,7 @@ TEST(QuantizeErrors, WhileWritingStillNamesTheFirstValueThatIsNotFinite) {
       "block size 12");
   expect_error([](QuantizeCall& c) { c.o.check = ValueCheck(5); },
                "check=5 is not 0 (kBeforeWrites) or 1 (kWhileWriting)");
-  {
+  for_each_vector_code([] {
     struct Case {
       DType dtype;
       const char* scheme;
@@ -1047,7 +1152,7 @@ TEST(QuantizeErrors, WhileWritingStillNamesTheFirstValueThatIsNotFinite) {
             << e.what();
       }
     }
-  }
+  });
 }
 
 TEST(QuantizeErrors, DualAndDequantizeValidateToo) {

@@ -609,8 +609,12 @@ const float* panel_maxima(const Source& src, const Layout& l, const Panels::At& 
 // The maxima m[0, n) turned into absmax scales in place; whether every one was finite (a value
 // that is not makes its block's maximum so).
 bool scales_of_maxima(const Codec& k, float* m, int64_t n) {
-  const bool finite = std::all_of(m, m + n, [](float v) { return std::isfinite(v); });
-  for (int64_t b = 0; b < n; ++b) m[b] = absmax_scale(m[b], k.qmax);
+  bool finite = true;
+  const int64_t done = quant_runs::absmax_scales(m, n, k.qmax, finite);
+  for (int64_t b = done; b < n; ++b) {
+    finite = finite && std::isfinite(m[b]);
+    m[b] = absmax_scale(m[b], k.qmax);
+  }
   return finite;
 }
 

@@ -1,6 +1,7 @@
 #include "quant/vector_runs.h"
 
 #include <algorithm>
+#include <atomic>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -26,13 +27,35 @@
 namespace gmmgen::quant_runs {
 namespace {
 
-enum class Level { kScalar, kAvx2, kAvx512 };
+using Level = VectorCode;
 
-Level level() {
+std::atomic<Level> level_cap{Level::kAvx512};
+
+Level host_level() {
   static const Level l = host_supports(Isa::kAvx512) ? Level::kAvx512
                          : host_supports(Isa::kAvx2) ? Level::kAvx2
                                                      : Level::kScalar;
   return l;
+}
+
+Level level() {
+  return std::min(host_level(), level_cap.load(std::memory_order_relaxed));
+}
+
+// Integer codes under absmax calibration take f32 quotients, clamped to [-qmax, qmax] and rounded.
+// Rounding is monotonic and half-integers up to 128 are f32 values, so a quotient within d of the
+// exact one rounds to the same code unless it lies within d of a half-integer. x / s in f32 is
+// correctly rounded (only an exact half-integer is in doubt); x * (1 / s) with 1 / s rounded to f32
+// is within 2^-23 |x / s| of it, i.e. within 2^-16 at |x / s| <= 128 (absmax keeps |x / s| at most
+// qmax (1 + 2^-24)), and saves a vector division per 16 codes where a run shares one scale. A
+// rounding step of at least kNearHalf (2^-14 short of a half: four times that bound) sends its
+// group of codes to the f64 quotients. 1 / s is a finite f32 where s is a normal f32; a smaller s
+// (the smallest scales of tiny blocks) is divided by.
+constexpr float kNearHalf = 0.5f - 0x1p-14f;
+
+// 1 / s in f32 where the products are valid (s normal), else 0: divide by s.
+inline float reciprocal_or_zero(float s) {
+  return s >= std::numeric_limits<float>::min() ? 1.0f / s : 0.0f;
 }
 
 #ifdef GMMGEN_QUANT_RUNS_X86
@@ -99,6 +122,68 @@ GMMGEN_RUNS_AVX2 int64_t amax_columns_avx2(float* s, const float* x, int64_t n) 
   return i;
 }
 
+// The block maxima of 8 consecutive blocks of W vectors each from x: lane b of the result is
+// block b's (as amax16_blocks, on 8 lanes: pairs of lanes, then pairs of pairs, then halves).
+template <int W>
+GMMGEN_RUNS_AVX2 inline __m256 amax8_blocks(const float* x) {
+  __m256 m[8], p[4], q[2];
+  for (int b = 0; b < 8; ++b) {
+    m[b] = abs8(_mm256_loadu_ps(x + b * W * 8));
+    for (int j = 1; j < W; ++j) m[b] = maxbits8(m[b], abs8(_mm256_loadu_ps(x + (b * W + j) * 8)));
+  }
+  for (int i = 0; i < 4; ++i)  // per 128-bit lane: max of elements 0|2 and 1|3 of both blocks
+    p[i] = maxbits8(_mm256_unpacklo_ps(m[2 * i], m[2 * i + 1]),
+                    _mm256_unpackhi_ps(m[2 * i], m[2 * i + 1]));
+  for (int i = 0; i < 2; ++i) {  // per 128-bit lane: blocks 4i .. 4i + 3, each over the lane
+    const __m256d c = _mm256_castps_pd(p[2 * i]), d = _mm256_castps_pd(p[2 * i + 1]);
+    q[i] = maxbits8(_mm256_castpd_ps(_mm256_unpacklo_pd(c, d)),
+                    _mm256_castpd_ps(_mm256_unpackhi_pd(c, d)));
+  }
+  return maxbits8(_mm256_permute2f128_ps(q[0], q[1], 0x20),
+                  _mm256_permute2f128_ps(q[0], q[1], 0x31));
+}
+
+template <int W>
+GMMGEN_RUNS_AVX2 int64_t amax_blocks_w8(const float* x, int64_t n, float* s) {
+  int64_t b = 0;
+  for (; (b + 8) * W * 8 <= n; b += 8)
+    _mm256_storeu_ps(s + b, maxbits8(_mm256_loadu_ps(s + b), amax8_blocks<W>(x + b * W * 8)));
+  return b;
+}
+
+// amax_blocks for blocks of 16 to 128 elements, 8 blocks at a time; returns the blocks done.
+GMMGEN_RUNS_AVX2 int64_t amax_blocks_avx2(const float* x, int64_t n, int64_t block, float* s) {
+  switch (block) {
+    case 16:
+      return amax_blocks_w8<2>(x, n, s);
+    case 32:
+      return amax_blocks_w8<4>(x, n, s);
+    case 64:
+      return amax_blocks_w8<8>(x, n, s);
+    case 128:
+      return amax_blocks_w8<16>(x, n, s);
+    default:
+      return 0;  // longer blocks: one horizontal max per block costs little
+  }
+}
+
+// absmax_scales four at a time (the f64 quotients of four maxima).
+GMMGEN_RUNS_AVX2 int64_t absmax_scales_avx2(float* m, int64_t n, double qmax, bool& finite) {
+  const __m256d q = _mm256_set1_pd(qmax);
+  __m128i bad = _mm_setzero_si128();
+  int64_t i = 0;
+  for (; i + 4 <= n; i += 4) {
+    const __m128 a = _mm_loadu_ps(m + i);
+    bad = _mm_or_si128(bad, _mm_cmpgt_epi32(_mm_castps_si128(a), _mm_set1_epi32(0x7f7fffff)));
+    __m128 s = _mm256_cvtpd_ps(_mm256_div_pd(_mm256_cvtps_pd(a), q));
+    s = _mm_blendv_ps(s, _mm_set1_ps(std::numeric_limits<float>::denorm_min()),
+                      _mm_cmpeq_ps(s, _mm_setzero_ps()));
+    _mm_storeu_ps(m + i, _mm_blendv_ps(s, _mm_set1_ps(1.0f), _mm_cmpeq_ps(a, _mm_setzero_ps())));
+  }
+  finite = _mm_testz_si128(bad, bad);
+  return i;
+}
+
 // The codes of 4 values as 4 int32: value, quotient, clamp, round to nearest even.
 GMMGEN_RUNS_AVX2 inline __m128i codes4(const IntRun& r, __m128 x, __m256d s) {
   __m256d v = _mm256_cvtps_pd(x);
@@ -116,17 +201,23 @@ inline __m128i nibbles(__m128i b) {
   return _mm_packus_epi16(_mm_or_si128(lo, hi), _mm_setzero_si128());
 }
 
-// The rounded quotients of 8 values in f32 (absmax calibration: x and s are f32), and whether
-// one of them is a tie. The f32 quotient lies on the same side of every half-integer as the exact
-// one (those up to 128 are f32 values, and rounding is monotonic) unless it lands on one; only
-// then can its rounding differ, and the caller takes the f64 path instead.
-GMMGEN_RUNS_AVX2 inline __m256 rounded8(const IntRun& r, __m256 x, __m256 s, __m256& tie) {
+// The quotients of 8 values in f32 (absmax calibration: x and s are f32, kNearHalf): x / s per
+// column, else x * inv, or x / s where inv is 0.
+GMMGEN_RUNS_AVX2 inline __m256 quotients8(const float* x, const float* scales, bool per_column,
+                                          float sc, float inv) {
+  const __m256 v = _mm256_loadu_ps(x);
+  if (per_column) return _mm256_div_ps(v, _mm256_loadu_ps(scales));
+  return inv != 0.0f ? _mm256_mul_ps(v, _mm256_set1_ps(inv)) : _mm256_div_ps(v, _mm256_set1_ps(sc));
+}
+
+// The 8 quotients clamped and rounded; near_tie marks a rounding step of kNearHalf or more, after
+// which the caller takes the f64 path instead.
+GMMGEN_RUNS_AVX2 inline __m256 rounded8(const IntRun& r, __m256 quotient, __m256& near_tie) {
   const __m256 q = _mm256_set1_ps(float(r.qmax));
-  const __m256 v =
-      _mm256_min_ps(_mm256_max_ps(_mm256_div_ps(x, s), _mm256_sub_ps(_mm256_setzero_ps(), q)), q);
+  const __m256 v = _mm256_min_ps(_mm256_max_ps(quotient, _mm256_sub_ps(_mm256_setzero_ps(), q)), q);
   const __m256 rounded = _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  tie = _mm256_or_ps(
-      tie, _mm256_cmp_ps(abs8(_mm256_sub_ps(v, rounded)), _mm256_set1_ps(0.5f), _CMP_EQ_OQ));
+  near_tie = _mm256_or_ps(near_tie, _mm256_cmp_ps(abs8(_mm256_sub_ps(v, rounded)),
+                                                  _mm256_set1_ps(kNearHalf), _CMP_GE_OQ));
   return rounded;
 }
 
@@ -134,18 +225,21 @@ GMMGEN_RUNS_AVX2 int64_t encode_int_avx2(const IntRun& r, const float* x, const 
                                          int64_t every, int64_t n, uint8_t* codes) {
   const bool per_column = every == 1;
   const int shift = __builtin_ctzll(uint64_t(every));  // a power of two: no division per group
+  int64_t block = -1;
+  float sc = 0.0f, inv = 0.0f;
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
-    const float sc = per_column ? 0.0f : scales[i >> shift];
+    if (!per_column && (i >> shift) != block) {
+      block = i >> shift;
+      sc = scales[block], inv = reciprocal_or_zero(sc);
+    }
     const __m256d s1 = _mm256_set1_pd(double(sc));
-    const __m256 s8 = _mm256_set1_ps(sc);
     __m128i b;
     __m256 tie = _mm256_setzero_ps();
     if (!r.fixed) {
-      const __m256 q0 =
-          rounded8(r, _mm256_loadu_ps(x + i), per_column ? _mm256_loadu_ps(scales + i) : s8, tie);
-      const __m256 q1 = rounded8(r, _mm256_loadu_ps(x + i + 8),
-                                 per_column ? _mm256_loadu_ps(scales + i + 8) : s8, tie);
+      const __m256 q0 = rounded8(r, quotients8(x + i, scales + i, per_column, sc, inv), tie);
+      const __m256 q1 =
+          rounded8(r, quotients8(x + i + 8, scales + i + 8, per_column, sc, inv), tie);
       const __m256i w = _mm256_permute4x64_epi64(
           _mm256_packs_epi32(_mm256_cvtps_epi32(q0), _mm256_cvtps_epi32(q1)), 0xd8);
       b = _mm_packs_epi16(_mm256_castsi256_si128(w), _mm256_extracti128_si256(w, 1));
@@ -283,6 +377,24 @@ GMMGEN_RUNS_AVX512 int64_t amax_columns_avx512(float* s, const float* x, int64_t
   return i;
 }
 
+GMMGEN_RUNS_AVX512 int64_t absmax_scales_avx512(float* m, int64_t n, double qmax, bool& finite) {
+  const __m512d q = _mm512_set1_pd(qmax);
+  __mmask8 bad = 0;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 a = _mm256_loadu_ps(m + i);
+    bad |= _mm256_cmpgt_epi32_mask(_mm256_castps_si256(a), _mm256_set1_epi32(0x7f7fffff));
+    __m256 s = _mm512_cvtpd_ps(_mm512_div_pd(_mm512_cvtps_pd(a), q));
+    s = _mm256_mask_blend_ps(_mm256_cmp_ps_mask(s, _mm256_setzero_ps(), _CMP_EQ_OQ), s,
+                             _mm256_set1_ps(std::numeric_limits<float>::denorm_min()));
+    s = _mm256_mask_blend_ps(_mm256_cmp_ps_mask(a, _mm256_setzero_ps(), _CMP_EQ_OQ), s,
+                             _mm256_set1_ps(1.0f));
+    _mm256_storeu_ps(m + i, s);
+  }
+  finite = bad == 0;
+  return i;
+}
+
 // The block maxima of 16 consecutive blocks of W vectors each from x: lane b of the result is
 // max |x| over block b. Each block's vectors are folded into one, then the 16 are reduced in a
 // tree (pairs of floats, pairs of pairs, then 128-bit lanes twice) that lands block b in lane b:
@@ -342,43 +454,114 @@ GMMGEN_RUNS_AVX512 inline __m256i codes8(const IntRun& r, __m256 x, __m512d s) {
   return _mm512_cvtpd_epi32(_mm512_roundscale_pd(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 
+// The sixteen codes of x[i, i + 16) (encode_int's rules) into codes: as rounded8, f32 quotients
+// (x * (1 / s) where a normal scale is shared) unless one is near a half-integer, else f64 ones.
+GMMGEN_RUNS_AVX512 void encode16_avx512(const IntRun& r, const float* x, const float* scales,
+                                        bool per_column, int shift, int64_t i, uint8_t* codes) {
+  const float sc = per_column ? 0.0f : scales[i >> shift];
+  const float inv = per_column ? 0.0f : reciprocal_or_zero(sc);
+  __m512i c32;
+  __mmask16 tie = 0;
+  if (!r.fixed) {
+    const __m512 q = _mm512_set1_ps(float(r.qmax));
+    const __m512 xv = _mm512_loadu_ps(x + i);
+    const __m512 quotient = per_column    ? _mm512_div_ps(xv, _mm512_loadu_ps(scales + i))
+                            : inv != 0.0f ? _mm512_mul_ps(xv, _mm512_set1_ps(inv))
+                                          : _mm512_div_ps(xv, _mm512_set1_ps(sc));
+    const __m512 v =
+        _mm512_min_ps(_mm512_max_ps(quotient, _mm512_sub_ps(_mm512_setzero_ps(), q)), q);
+    const __m512 rounded = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+    tie = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(v, rounded)), _mm512_set1_ps(kNearHalf),
+                             _CMP_GE_OQ);
+    c32 = _mm512_cvtps_epi32(rounded);
+  }
+  if (r.fixed || tie) {
+    const __m512d s1 = _mm512_set1_pd(double(sc));
+    __m256i c[2];
+    for (int j = 0; j < 2; ++j) {
+      const int64_t at = i + 8 * j;
+      c[j] = codes8(r, _mm256_loadu_ps(x + at),
+                    per_column ? _mm512_cvtps_pd(_mm256_loadu_ps(scales + at)) : s1);
+    }
+    c32 = _mm512_inserti64x4(_mm512_castsi256_si512(c[0]), c[1], 1);
+  }
+  const __m128i b = _mm512_cvtepi32_epi8(c32);
+  if (r.bits == 8)
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i), b);
+  else
+    _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + i / 2), nibbles(b));
+}
+
+// encode_int 64 codes at a time where runs of 16 or more share a scale, under absmax: products by
+// the reciprocals of up to 256 blocks' scales at a time (one vector division per 16 blocks),
+// packed and stored whole. A group of 64 holding a near tie, and a segment with a scale too small
+// for a reciprocal, go sixteen at a time. Returns the elements done (a multiple of 64).
+GMMGEN_RUNS_AVX512 int64_t encode_int_shared_avx512(const IntRun& r, const float* x,
+                                                    const float* scales, int shift, int64_t n,
+                                                    uint8_t* codes) {
+  constexpr int64_t kBlocks = 256;
+  const __m512 q = _mm512_set1_ps(float(r.qmax)), neg_q = _mm512_sub_ps(_mm512_setzero_ps(), q);
+  const __m512 near = _mm512_set1_ps(kNearHalf), one = _mm512_set1_ps(1.0f);
+  const __m512 min_normal = _mm512_set1_ps(std::numeric_limits<float>::min());
+  // packs_epi32 then packs_epi16 leave lane l holding elements 4l..4l+3 of each of the four
+  // vectors in turn; this puts every vector's sixteen back in order.
+  const __m512i order = _mm512_setr_epi32(0, 4, 8, 12, 1, 5, 9, 13, 2, 6, 10, 14, 3, 7, 11, 15);
+  alignas(64) float inv[kBlocks];
+  const int64_t whole = n / 64 * 64;
+  int64_t i = 0;
+  while (i < whole) {
+    const int64_t b0 = i >> shift, b1 = std::min(((whole - 1) >> shift) + 1, b0 + kBlocks);
+    const int64_t end = std::min(whole, b1 << shift);
+    bool small = false;
+    for (int64_t k = 0; k < b1 - b0; k += 16) {
+      const __mmask16 m =
+          b1 - b0 - k >= 16 ? __mmask16(0xffff) : __mmask16((1u << (b1 - b0 - k)) - 1);
+      const __m512 sv = _mm512_maskz_loadu_ps(m, scales + b0 + k);
+      small = small || _mm512_mask_cmp_ps_mask(m, sv, min_normal, _CMP_LT_OQ) != 0;
+      _mm512_store_ps(inv + k, _mm512_maskz_div_ps(m, one, sv));
+    }
+    if (small) {
+      for (; i < end; i += 16) encode16_avx512(r, x, scales, false, shift, i, codes);
+      continue;
+    }
+    for (; i < end; i += 64) {
+      __m512i c[4];
+      __mmask16 tie = 0;
+      for (int j = 0; j < 4; ++j) {
+        const __m512 p = _mm512_mul_ps(_mm512_loadu_ps(x + i + 16 * j),
+                                       _mm512_set1_ps(inv[((i + 16 * j) >> shift) - b0]));
+        const __m512 v = _mm512_min_ps(_mm512_max_ps(p, neg_q), q);
+        const __m512 rounded =
+            _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        tie |= _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(v, rounded)), near, _CMP_GE_OQ);
+        c[j] = _mm512_cvtps_epi32(rounded);
+      }
+      if (tie) {
+        for (int j = 0; j < 4; ++j) encode16_avx512(r, x, scales, false, shift, i + 16 * j, codes);
+        continue;
+      }
+      const __m512i b = _mm512_permutexvar_epi32(
+          order,
+          _mm512_packs_epi16(_mm512_packs_epi32(c[0], c[1]), _mm512_packs_epi32(c[2], c[3])));
+      if (r.bits == 8) {
+        _mm512_storeu_si512(codes + i, b);
+      } else {  // as nibbles: each pair of codes into one byte, the first in the low nibble
+        const __m512i lo = _mm512_and_si512(b, _mm512_set1_epi16(0x000f));
+        const __m512i hi = _mm512_srli_epi16(_mm512_and_si512(b, _mm512_set1_epi16(0x0f00)), 4);
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(codes + i / 2),
+                            _mm512_cvtepi16_epi8(_mm512_or_si512(lo, hi)));
+      }
+    }
+  }
+  return i;
+}
+
 GMMGEN_RUNS_AVX512 int64_t encode_int_avx512(const IntRun& r, const float* x, const float* scales,
                                              int64_t every, int64_t n, uint8_t* codes) {
   const bool per_column = every == 1;
   const int shift = __builtin_ctzll(uint64_t(every));  // a power of two: no division per group
-  const __m512 q = _mm512_set1_ps(float(r.qmax));
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    const float sc = per_column ? 0.0f : scales[i >> shift];
-    const __m512d s1 = _mm512_set1_pd(double(sc));
-    const __m512 s16 = _mm512_set1_ps(sc);
-    __m512i c32;
-    __mmask16 tie = 0;
-    if (!r.fixed) {  // as rounded8: the f32 quotient unless one lands on a half-integer
-      const __m512 s = per_column ? _mm512_loadu_ps(scales + i) : s16;
-      const __m512 v = _mm512_min_ps(_mm512_max_ps(_mm512_div_ps(_mm512_loadu_ps(x + i), s),
-                                                   _mm512_sub_ps(_mm512_setzero_ps(), q)),
-                                     q);
-      const __m512 rounded = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      tie = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(v, rounded)), _mm512_set1_ps(0.5f),
-                               _CMP_EQ_OQ);
-      c32 = _mm512_cvtps_epi32(rounded);
-    }
-    if (r.fixed || tie) {
-      __m256i c[2];
-      for (int j = 0; j < 2; ++j) {
-        const int64_t at = i + 8 * j;
-        c[j] = codes8(r, _mm256_loadu_ps(x + at),
-                      per_column ? _mm512_cvtps_pd(_mm256_loadu_ps(scales + at)) : s1);
-      }
-      c32 = _mm512_inserti64x4(_mm512_castsi256_si512(c[0]), c[1], 1);
-    }
-    const __m128i b = _mm512_cvtepi32_epi8(c32);
-    if (r.bits == 8)
-      _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i), b);
-    else
-      _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + i / 2), nibbles(b));
-  }
+  int64_t i = per_column || r.fixed ? 0 : encode_int_shared_avx512(r, x, scales, shift, n, codes);
+  for (; i + 16 <= n; i += 16) encode16_avx512(r, x, scales, per_column, shift, i, codes);
   return i;
 }
 
@@ -538,6 +721,14 @@ GMMGEN_RUNS_AVX512 int64_t encode_fp8_exact_avx512(const Fp8Format& f, const Cli
 
 }  // namespace
 
+VectorCode vector_code() {
+  return level();
+}
+
+void cap_vector_code(VectorCode most) {
+  level_cap.store(most, std::memory_order_relaxed);
+}
+
 bool any_not_finite(const float* x, int64_t n) {
   bool bad = false;
   int64_t i = 0;
@@ -594,9 +785,22 @@ void amax_columns(float* s, const float* x, int64_t n) {
 void amax_blocks(const float* x, int64_t n, int64_t block, float* s) {
   int64_t b = 0;
 #ifdef GMMGEN_QUANT_RUNS_X86
-  if (level() == Level::kAvx512) b = amax_blocks_avx512(x, n, block, s);
+  if (level() == Level::kAvx512)
+    b = amax_blocks_avx512(x, n, block, s);
+  else if (level() == Level::kAvx2)
+    b = amax_blocks_avx2(x, n, block, s);
 #endif
   for (; b * block < n; ++b) s[b] = amax(x + b * block, std::min(block, n - b * block), s[b]);
+}
+
+int64_t absmax_scales(float* m, int64_t n, double qmax, bool& finite) {
+  finite = true;
+#ifdef GMMGEN_QUANT_RUNS_X86
+  if (level() == Level::kAvx512) return absmax_scales_avx512(m, n, qmax, finite);
+  if (level() == Level::kAvx2) return absmax_scales_avx2(m, n, qmax, finite);
+#endif
+  (void)m, (void)n, (void)qmax;
+  return 0;
 }
 
 bool has_fp8_exact() {

@@ -1,13 +1,21 @@
 // The quantizers' inner loops over one run of a row, in the host's widest vector code (AVX-512 or
 // AVX2, chosen once at run time; scalar elsewhere). Each gives exactly what its scalar loop in
-// quantize.cpp gives: max is order-free, and the codes come from the same f64 quotient, clamp and
-// round-to-nearest-even.
+// quantize.cpp gives: max is order-free, and the codes are those of the same f64 quotient, clamp
+// and round-to-nearest-even (f32 quotients or products by a reciprocal where they provably round
+// the same, f64 ones where a value lies near a tie).
 #pragma once
 
 #include <cstdint>
 #include <limits>
 
 namespace gmmgen::quant_runs {
+
+// The widest vector code the runs below use: the host's (AVX-512, else AVX2, else none), or less
+// after cap_vector_code, which sets a process-wide cap for the calls that follow (kAvx512: none),
+// so that tests check every level the host runs.
+enum class VectorCode { kScalar, kAvx2, kAvx512 };
+VectorCode vector_code();
+void cap_vector_code(VectorCode most);
 
 // Whether any of x[0, n) is inf or NaN.
 bool any_not_finite(const float* x, int64_t n);
@@ -41,6 +49,12 @@ struct IntRun {
 // s[b] = max(s[b], |x[i]| over block b), blocks of `block` elements from x[0] (the last may be
 // partial); s[b] >= 0.
 void amax_blocks(const float* x, int64_t n, int64_t block, float* s);
+
+// The absmax scales of the block maxima m[0, k) in place, for the largest k <= n that the vector
+// code covers (0 without it): 1 where the maximum is 0, else m / qmax in f64 rounded to f32, and at
+// least the smallest positive f32; `finite` says whether every maximum it read was finite (a
+// scale of one that is not is unspecified). Returns k; the caller takes the rest.
+int64_t absmax_scales(float* m, int64_t n, double qmax, bool& finite);
 
 // A scale run longer than any row: one scale for the whole run.
 inline constexpr int64_t kOneScale = int64_t(1) << 60;
