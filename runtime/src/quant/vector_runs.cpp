@@ -456,24 +456,29 @@ GMMGEN_RUNS_AVX512 inline __m256i codes8(const IntRun& r, __m256 x, __m512d s) {
 
 // The sixteen codes of x[i, i + 16) (encode_int's rules) into codes: as rounded8, f32 quotients
 // (x * (1 / s) where a normal scale is shared) unless one is near a half-integer, else f64 ones.
+// Sixteen f32 quotients clamped to [-q, q] (q: qmax in every lane) and rounded, as int32 codes;
+// near_tie gains the lanes whose rounding step is kNearHalf or more (as rounded8).
+GMMGEN_RUNS_AVX512 inline __m512i rounded16(__m512 q, __m512 quotient, __mmask16& near_tie) {
+  const __m512 v = _mm512_min_ps(_mm512_max_ps(quotient, _mm512_sub_ps(_mm512_setzero_ps(), q)), q);
+  const __m512 rounded = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  near_tie |= _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(v, rounded)),
+                                 _mm512_set1_ps(kNearHalf), _CMP_GE_OQ);
+  return _mm512_cvtps_epi32(rounded);
+}
+
 GMMGEN_RUNS_AVX512 void encode16_avx512(const IntRun& r, const float* x, const float* scales,
                                         bool per_column, int shift, int64_t i, uint8_t* codes) {
   const float sc = per_column ? 0.0f : scales[i >> shift];
-  const float inv = per_column ? 0.0f : reciprocal_or_zero(sc);
   __m512i c32;
   __mmask16 tie = 0;
   if (!r.fixed) {
-    const __m512 q = _mm512_set1_ps(float(r.qmax));
     const __m512 xv = _mm512_loadu_ps(x + i);
-    const __m512 quotient = per_column    ? _mm512_div_ps(xv, _mm512_loadu_ps(scales + i))
-                            : inv != 0.0f ? _mm512_mul_ps(xv, _mm512_set1_ps(inv))
-                                          : _mm512_div_ps(xv, _mm512_set1_ps(sc));
-    const __m512 v =
-        _mm512_min_ps(_mm512_max_ps(quotient, _mm512_sub_ps(_mm512_setzero_ps(), q)), q);
-    const __m512 rounded = _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-    tie = _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(v, rounded)), _mm512_set1_ps(kNearHalf),
-                             _CMP_GE_OQ);
-    c32 = _mm512_cvtps_epi32(rounded);
+    const float inv = per_column ? 0.0f : reciprocal_or_zero(sc);
+    c32 = rounded16(_mm512_set1_ps(float(r.qmax)),
+                    per_column    ? _mm512_div_ps(xv, _mm512_loadu_ps(scales + i))
+                    : inv != 0.0f ? _mm512_mul_ps(xv, _mm512_set1_ps(inv))
+                                  : _mm512_div_ps(xv, _mm512_set1_ps(sc)),
+                    tie);
   }
   if (r.fixed || tie) {
     const __m512d s1 = _mm512_set1_pd(double(sc));
@@ -500,8 +505,8 @@ GMMGEN_RUNS_AVX512 int64_t encode_int_shared_avx512(const IntRun& r, const float
                                                     const float* scales, int shift, int64_t n,
                                                     uint8_t* codes) {
   constexpr int64_t kBlocks = 256;
-  const __m512 q = _mm512_set1_ps(float(r.qmax)), neg_q = _mm512_sub_ps(_mm512_setzero_ps(), q);
-  const __m512 near = _mm512_set1_ps(kNearHalf), one = _mm512_set1_ps(1.0f);
+  // qmax read once: the code stores may alias r for all the compiler knows.
+  const __m512 q = _mm512_set1_ps(float(r.qmax)), one = _mm512_set1_ps(1.0f);
   const __m512 min_normal = _mm512_set1_ps(std::numeric_limits<float>::min());
   // packs_epi32 then packs_epi16 leave lane l holding elements 4l..4l+3 of each of the four
   // vectors in turn; this puts every vector's sixteen back in order.
@@ -527,15 +532,11 @@ GMMGEN_RUNS_AVX512 int64_t encode_int_shared_avx512(const IntRun& r, const float
     for (; i < end; i += 64) {
       __m512i c[4];
       __mmask16 tie = 0;
-      for (int j = 0; j < 4; ++j) {
-        const __m512 p = _mm512_mul_ps(_mm512_loadu_ps(x + i + 16 * j),
-                                       _mm512_set1_ps(inv[((i + 16 * j) >> shift) - b0]));
-        const __m512 v = _mm512_min_ps(_mm512_max_ps(p, neg_q), q);
-        const __m512 rounded =
-            _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-        tie |= _mm512_cmp_ps_mask(_mm512_abs_ps(_mm512_sub_ps(v, rounded)), near, _CMP_GE_OQ);
-        c[j] = _mm512_cvtps_epi32(rounded);
-      }
+      for (int j = 0; j < 4; ++j)
+        c[j] = rounded16(q,
+                         _mm512_mul_ps(_mm512_loadu_ps(x + i + 16 * j),
+                                       _mm512_set1_ps(inv[((i + 16 * j) >> shift) - b0])),
+                         tie);
       if (tie) {
         for (int j = 0; j < 4; ++j) encode16_avx512(r, x, scales, false, shift, i + 16 * j, codes);
         continue;
