@@ -1,9 +1,9 @@
 // A byte buffer for bench's operands and probes that starts `offset` bytes past a 64-byte boundary
 // (zero-filled: its pages are touched when it is made, not inside a timing). With huge pages on
-// (bench --huge-pages), each
-// buffer is its own mapping, 2 MiB aligned and advised MADV_HUGEPAGE before it is touched, so
-// that where the kernel allows transparent huge pages on request the operands are mapped by
-// 2 MiB pages: on a VM each 4 KiB page a kernel walks to costs a nested page walk.
+// (bench --huge-pages), each buffer is its own mapping, 2 MiB aligned and advised MADV_HUGEPAGE
+// before it is touched, so that where the kernel allows transparent huge pages on request the
+// operands are mapped by 2 MiB pages: on a VM each 4 KiB page a kernel walks to costs a nested
+// page walk.
 #pragma once
 
 #include <sys/mman.h>
