@@ -116,6 +116,16 @@ std::string_view to_string(ProductPath p);
 inline constexpr int64_t kPrefetchSpreadTiles = 4;
 inline constexpr int64_t kPrefetchLastTiles = 8;
 
+// gmm of bf16 x bf16 [K, N] on a family with pairs (vdpbf16ps), N a power of two of at most
+// kRowStreamColumns and more than one n-tile, in calls of at least kRowStreamSteps grid steps:
+// each grid step of at most kRowStreamRows rows is one work item over whole weight rows, in
+// k-blocks kRowStreamDepth deep (at most tk), with accumulators for kRowStreamRows rows of all N
+// columns in its scratch (templates/cpp/gmm.cpp, run_row_streams).
+inline constexpr int64_t kRowStreamColumns = 2048;
+inline constexpr int64_t kRowStreamRows = 24;
+inline constexpr int64_t kRowStreamSteps = 16;
+inline constexpr int64_t kRowStreamDepth = 32;
+
 // tgmm load balance: a group of at least 2 * kSplitChunks * tm rows whose output has fewer than
 // kSplitMaxTiles tiles (and at most kSplitMaxElements elements, so the partial sums stay small)
 // is summed in up to kSlicesPerGroup slices of rows, each a work item of its own; at most

@@ -195,9 +195,13 @@ int64_t scratch_bytes(const KernelSpec& s, const IsaFamily& f) {
              (pairs ? chunk / 2 * (packed_cols(rows, 32) + cols) : tm * rows + tm * cols);
   } else {
     // The f32 accumulator [tm][tn'], the packed rhs block [tk'][tn'] (tk' even for bf16 pairs),
-    // and mr lhs rows converted to f32 [mr][tk].
+    // mr lhs rows converted to f32 [mr][tk], and where items of whole weight rows run their
+    // accumulators [kRowStreamRows][n'] (a scratch of their own).
     const int64_t cols = packed_cols(tn, f.nr);
-    floats = tm * cols + (tk + 1) / 2 * 2 * cols + f.mr * tk;
+    const bool row_streams = bf16_pairs(s, f) && !s.transpose_rhs && tn < s.n &&
+                             s.n <= kRowStreamColumns && (s.n & (s.n - 1)) == 0;
+    floats = tm * cols + (tk + 1) / 2 * 2 * cols + f.mr * tk +
+             (row_streams ? kRowStreamRows * packed_cols(s.n, f.nr) : 0);
   }
   // Quantized operands (templates/cpp/quant/): the partial product of the current scale block,
   // in f32 and in i32, beside the accumulators; gmm also stages one panel of decoded codes

@@ -277,6 +277,10 @@ class CppTarget final : public Target {
     ctx.set("slices_per_group", std::to_string(kSlicesPerGroup));
     ctx.set("prefetch_spread_tiles", std::to_string(kPrefetchSpreadTiles));
     ctx.set("prefetch_last_tiles", std::to_string(kPrefetchLastTiles));
+    ctx.set("row_stream_columns", std::to_string(kRowStreamColumns));
+    ctx.set("row_stream_rows", std::to_string(kRowStreamRows));
+    ctx.set("row_stream_steps", std::to_string(kRowStreamSteps));
+    ctx.set("row_stream_depth", std::to_string(kRowStreamDepth));
     ctx.set("max_slices", std::to_string(kMaxSlices));
     ctx.set("tile_write_rows", std::to_string(kTileWriteRows));
     ctx.set("intrinsics", mu::data(s.isa == Isa::kNative || isa_family(s.isa).vec > 1));
