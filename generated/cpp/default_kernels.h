@@ -6,20 +6,20 @@
 #define GMMGEN_BUNDLE_default_kernels_H_
 
 #include "gmmgen/kernel_abi.h"
-#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_383e6873.h"
-#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_f409dac9.h"
-#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_6f1a249f.h"
-#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_51abdf79.h"
-#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_8d4cdeec.h"
-#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_83d8522c.h"
+#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_f107819e.h"
+#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_f41a1d44.h"
+#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_0c2d189f.h"
+#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_a313cb00.h"
+#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_29cb3709.h"
+#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_68a3ba42.h"
 #include "tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_06e54dd3.h"
 #include "tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_0dcb8028.h"
-#include "gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_d401b106.h"
+#include "gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_c276f73e.h"
 #include "tgmm_f8e4m3xf8e5m2_f32_k512_n768_g8_t256x96x128_qlblock128_qrblock128_9b6b6853.h"
-#include "gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_844ab079.h"
-#include "gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_1b09dfb3.h"
-#include "gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_974be8e0.h"
-#include "gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_7dbb5547.h"
+#include "gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_142e03e0.h"
+#include "gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_806c19aa.h"
+#include "gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_329d2ab2.h"
+#include "gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_7603dbda.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -6,20 +6,20 @@
 extern "C" {
 
 const gmmgen_kernel_entry default_kernels_kernels[] = {
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_383e6873),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_f409dac9),
-    GMMGEN_KERNEL_ENTRY(gmm_f32xf32_f32_k256_n384_g16_t32x128x64_6f1a249f),
-    GMMGEN_KERNEL_ENTRY(gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_51abdf79),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_8d4cdeec),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_83d8522c),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_f107819e),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_f41a1d44),
+    GMMGEN_KERNEL_ENTRY(gmm_f32xf32_f32_k256_n384_g16_t32x128x64_0c2d189f),
+    GMMGEN_KERNEL_ENTRY(gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_a313cb00),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_29cb3709),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_68a3ba42),
     GMMGEN_KERNEL_ENTRY(tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_06e54dd3),
     GMMGEN_KERNEL_ENTRY(tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_0dcb8028),
-    GMMGEN_KERNEL_ENTRY(gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_d401b106),
+    GMMGEN_KERNEL_ENTRY(gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_c276f73e),
     GMMGEN_KERNEL_ENTRY(tgmm_f8e4m3xf8e5m2_f32_k512_n768_g8_t256x96x128_qlblock128_qrblock128_9b6b6853),
-    GMMGEN_KERNEL_ENTRY(gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_844ab079),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_1b09dfb3),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_974be8e0),
-    GMMGEN_KERNEL_ENTRY(gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_7dbb5547),
+    GMMGEN_KERNEL_ENTRY(gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_142e03e0),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_806c19aa),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_329d2ab2),
+    GMMGEN_KERNEL_ENTRY(gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_7603dbda),
 };
 const int32_t default_kernels_kernel_count = 14;
 
