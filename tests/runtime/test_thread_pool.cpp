@@ -26,6 +26,23 @@ TEST(ThreadPool, RunsEveryItemOnce) {
   for (size_t i = 0; i < seen.size(); ++i) ASSERT_EQ(1, seen[i].load()) << "item " << i;
 }
 
+// Workers poll for the next job a while before they sleep: jobs back to back meet them polling,
+// a job after a pause meets them asleep. Either way every item runs once, and every job's items
+// are done when parallel_for returns.
+TEST(ThreadPool, JobsBackToBackAndAfterAPauseRunEveryItemOnce) {
+  ThreadPool pool(3);
+  for (int job = 0; job < 300; ++job) {
+    const int64_t count = 1 + job % 37;
+    std::vector<std::atomic<int>> seen(static_cast<size_t>(count));
+    pool.parallel_for(count, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) seen[size_t(i)].fetch_add(1);
+    });
+    for (size_t i = 0; i < seen.size(); ++i)
+      ASSERT_EQ(1, seen[i].load()) << "job " << job << " item " << i;
+    if (job % 100 == 99) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
 TEST(ThreadPool, NestedCallsRunOnTheCallingThread) {
   ThreadPool outer(2), inner(2);
   std::mutex mutex;

@@ -37,12 +37,12 @@ class ThreadPool {
 
   std::mutex mutex_;
   std::condition_variable wake_, done_;
-  uint64_t generation_ = 0;
+  std::atomic<uint64_t> generation_{0};  // written under mutex_; polled without it
   bool stop_ = false;
   const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
   int64_t count_ = 0;
   std::atomic<int64_t> next_{0};
-  int active_ = 0;  // workers still inside the current job
+  std::atomic<int> active_{0};  // workers still inside the current job: as generation_
 };
 
 // $GMMGEN_NUM_THREADS, else every core: the threads of a Runtime not told otherwise. Throws
