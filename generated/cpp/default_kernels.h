@@ -14,12 +14,12 @@
 #include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_33e7adaf.h"
 #include "tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_a3c15e52.h"
 #include "tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_636f7f3d.h"
-#include "gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_e5150732.h"
-#include "tgmm_f8e4m3xf8e5m2_f32_k512_n768_g8_t256x96x128_qlblock128_qrblock128_2e727dc4.h"
-#include "gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_481579e8.h"
-#include "gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_39b70941.h"
-#include "gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_a3b5b4c9.h"
-#include "gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_aaed51c8.h"
+#include "gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_c48934cd.h"
+#include "tgmm_f8e4m3xf8e5m2_f32_k512_n768_g8_t256x96x128_qlblock128_qrblock128_ac021c1b.h"
+#include "gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_47546cbf.h"
+#include "gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_fcbc7d17.h"
+#include "gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_8903406b.h"
+#include "gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_8ca91f75.h"
 
 #ifdef __cplusplus
 extern "C" {
