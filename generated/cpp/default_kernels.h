@@ -6,12 +6,12 @@
 #define GMMGEN_BUNDLE_default_kernels_H_
 
 #include "gmmgen/kernel_abi.h"
-#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_37baf3a2.h"
-#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_e0343dd7.h"
-#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_4e2a10d0.h"
-#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_0908d4d5.h"
-#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_1f1f33ef.h"
-#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_33e7adaf.h"
+#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_68733a7c.h"
+#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_dd72a78f.h"
+#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_cd5454b5.h"
+#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_db62fbe0.h"
+#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_51403b79.h"
+#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_028de2d5.h"
 #include "tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_a3c15e52.h"
 #include "tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_636f7f3d.h"
 #include "gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_c48934cd.h"

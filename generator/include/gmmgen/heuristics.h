@@ -124,7 +124,7 @@ inline constexpr int64_t kPrefetchLastTiles = 8;
 inline constexpr int64_t kRowStreamColumns = 2048;
 inline constexpr int64_t kRowStreamRows = 24;
 inline constexpr int64_t kRowStreamSteps = 16;
-inline constexpr int64_t kRowStreamDepth = 32;
+inline constexpr int64_t kRowStreamDepth = 64;
 
 // tgmm load balance: a group of at least 2 * kSplitChunks * tm rows whose output has fewer than
 // kSplitMaxTiles tiles (and at most kSplitMaxElements elements, so the partial sums stay small)
