@@ -653,11 +653,11 @@ TEST(QuantizeCodes, IntegerRowsMatchEncodeCodeAtTies) {
 // Blocks whose scales are too small for an f32 reciprocal (subnormal: the block's values are
 // tiny) beside ordinary ones, in rows long enough for the vector code: every code is encode_code's
 // of the exact quotient, under every vector code level the host runs.
-TEST(QuantizeCodes, IntegerRowsWithSubnormalScalesMatchEncodeCode) {
+TEST(QuantizeCodes, RowsWithSubnormalScalesMatchEncodeCode) {
   for_each_vector_code([] {
     std::mt19937 rng(13);
     std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-    for (DType d : {DType::kI8, DType::kI4}) {
+    for (DType d : {DType::kI8, DType::kI4, DType::kF8E4M3, DType::kF8E5M2}) {
       SCOPED_TRACE(std::string(to_string(d)));
       const int64_t n = 16 * 40 + 7;
       std::vector<float> v(static_cast<size_t>(n));

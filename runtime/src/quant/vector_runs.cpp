@@ -263,62 +263,79 @@ GMMGEN_RUNS_AVX2 int64_t encode_int_avx2(const IntRun& r, const float* x, const 
 
 // encode_fp8 eight at a time, on the f32 quotients q = x / s and a = min(|q|, max), by f32
 // rounding itself rather than shifts by each lane's exponent. A normal result (a >= 2^emin) is a's
-// bits rounded to the format's significand bits by one integer add (RNE: half a step less one,
-// plus the lowest kept bit; a carry moves into the exponent, as rounding up into the next binade
-// does), rebiased. A subnormal one (a < 2^emin) counts steps of 2^(emin - frac): a + C, C the
-// power of two whose f32 spacing is that step, rounds a to a whole number of steps (to nearest
-// even), and its bits past C's are that number (2^frac, rounding up to 2^emin, is that code). A
-// group holding a tie of either rounding (dropped bits exactly half a step) stops it.
+// bits plus half a step of the format's significand, shifted right by f32's extra bits (a carry
+// moves into the exponent, as rounding up into the next binade does), rebiased in the same add.
+// That rounds half up; a group holding a tie (dropped bits exactly half a step) never gets there:
+// it stops, as does a near tie (the dropped bits within kFp8Near f32 steps of half a step), so the
+// quotient may be a product by the scale's reciprocal, which lies within 2^-23 |x / s| (two f32
+// steps) of x / s (as kNearHalf). A subnormal result (0 < a < 2^emin, rare under absmax: below
+// 2^emin / max of the block's largest) counts steps of 2^(emin - frac): a + C, C the power of two
+// whose f32 spacing is that step, rounds a to a whole number of steps (to nearest even), and its
+// bits past C's are that number (2^frac, rounding up to 2^emin, is that code); one within kFp8Near
+// f32 steps of 2^emin of a tie stops the group too. Zero is code 0.
+constexpr int32_t kFp8Near = 8;
 struct Fp8Steps {
-  int frac, drop;                    // the format's stored significand bits, f32's dropped ones
-  int32_t below_half, half;          // half a step less one, half a step (of the dropped bits)
-  int32_t dropped;                   // the dropped bits' mask
-  int32_t rebias;                    // f32's exponent bias less the format's (1 - emin), as a field
+  int frac, drop;     // the format's stored significand bits, f32's dropped ones
+  int32_t round;      // half a step, less the exponent's rebias (f32's bias - the format's)
+  int32_t near_mask;  // dropped bits of (a's bits + round + kFp8Near) all zero: a near tie
   uint32_t min_normal_bits, c_bits;  // 2^emin and C, normal f32 powers of two
+  float near_subnormal;              // kFp8Near f32 steps of 2^emin: a subnormal's near tie
   explicit Fp8Steps(const Fp8Format& f)
       : frac(f.precision - 1),
         drop(23 - frac),
-        below_half((1 << (drop - 1)) - 1),
-        half(1 << (drop - 1)),
-        dropped((1 << drop) - 1),
-        rebias((127 - (1 - f.emin)) << frac),
+        round(int32_t((1u << (drop - 1)) - (uint32_t(126 + f.emin) << 23))),
+        near_mask(((1 << drop) - 1) & ~(2 * kFp8Near - 1)),
         min_normal_bits(uint32_t(127 + f.emin) << 23),
-        c_bits(uint32_t(127 + f.emin - frac + 23) << 23) {}
+        c_bits(uint32_t(127 + f.emin - frac + 23) << 23),
+        near_subnormal(std::ldexp(float(kFp8Near), f.emin - 23)) {}
 };
 
 GMMGEN_RUNS_AVX2 int64_t encode_fp8_avx2(const Fp8Format& f, const float* x, const float* scales,
                                          int64_t every, int64_t i, int64_t n, uint8_t* codes) {
   const int shift = __builtin_ctzll(uint64_t(every));  // a power of two: no division per group
   const Fp8Steps k(f);
-  const __m256i lsb = _mm256_set1_epi32(1), below_half = _mm256_set1_epi32(k.below_half);
-  const __m256i dropped = _mm256_set1_epi32(k.dropped), half = _mm256_set1_epi32(k.half);
-  const __m256i rebias = _mm256_set1_epi32(k.rebias), sign_bit = _mm256_set1_epi32(0x80);
+  const __m256i round = _mm256_set1_epi32(k.round), near = _mm256_set1_epi32(kFp8Near);
+  const __m256i near_mask = _mm256_set1_epi32(k.near_mask), sign_bit = _mm256_set1_epi32(0x80);
   const __m256 max = _mm256_set1_ps(f.max), half_step = _mm256_set1_ps(f.half_min_subnormal);
   const __m256 min_normal = _mm256_castsi256_ps(_mm256_set1_epi32(int32_t(k.min_normal_bits)));
   const __m256 c = _mm256_castsi256_ps(_mm256_set1_epi32(int32_t(k.c_bits)));
+  const __m256 near_subnormal = _mm256_set1_ps(k.near_subnormal);
   const __m128i count = _mm_cvtsi32_si128(k.drop);
+  int64_t block = -1;  // the block whose scale s and reciprocal inv hold
+  __m256 s = _mm256_setzero_ps(), inv = s;
+  bool by_inv = false;
   for (; i + 8 <= n; i += 8) {
-    const __m256 s = every == 1 ? _mm256_loadu_ps(scales + i) : _mm256_set1_ps(scales[i >> shift]);
-    const __m256 q = _mm256_div_ps(_mm256_loadu_ps(x + i), s);
-    const __m256i sign = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(q), 24), sign_bit);
+    if (every == 1) {
+      s = _mm256_loadu_ps(scales + i);
+    } else if ((i >> shift) != block) {
+      block = i >> shift;
+      const float r = reciprocal_or_zero(scales[block]);
+      s = _mm256_set1_ps(scales[block]), inv = _mm256_set1_ps(r), by_inv = r != 0.0f;
+    }
+    const __m256 xv = _mm256_loadu_ps(x + i);
+    const __m256 q = by_inv ? _mm256_mul_ps(xv, inv) : _mm256_div_ps(xv, s);
     const __m256 a = _mm256_min_ps(abs8(q), max);
-    const __m256i u = _mm256_castps_si256(a);
     const __m256 normal = _mm256_cmp_ps(a, min_normal, _CMP_GE_OQ);
-    const __m256i up =
-        _mm256_add_epi32(below_half, _mm256_and_si256(_mm256_srl_epi32(u, count), lsb));
-    const __m256i code_normal =
-        _mm256_sub_epi32(_mm256_srl_epi32(_mm256_add_epi32(u, up), count), rebias);
-    const __m256 t = _mm256_add_ps(a, c);
-    const __m256i code_subnormal = _mm256_sub_epi32(_mm256_castps_si256(t), _mm256_castps_si256(c));
-    const __m256 tie_normal = _mm256_and_ps(
-        normal, _mm256_castsi256_ps(_mm256_cmpeq_epi32(_mm256_and_si256(u, dropped), half)));
-    const __m256 tie_subnormal = _mm256_andnot_ps(
-        normal, _mm256_cmp_ps(abs8(_mm256_sub_ps(a, _mm256_sub_ps(t, c))), half_step, _CMP_EQ_OQ));
-    if (_mm256_movemask_ps(_mm256_or_ps(tie_normal, tie_subnormal))) return i;
-    const __m256i code = _mm256_or_si256(
-        _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(code_subnormal),
-                                             _mm256_castsi256_ps(code_normal), normal)),
-        sign);
+    const __m256i v = _mm256_add_epi32(_mm256_castps_si256(a), round);
+    const __m256i near_tie = _mm256_cmpeq_epi32(
+        _mm256_and_si256(_mm256_add_epi32(v, near), near_mask), _mm256_setzero_si256());
+    if (_mm256_movemask_ps(_mm256_and_ps(normal, _mm256_castsi256_ps(near_tie)))) return i;
+    __m256i code = _mm256_and_si256(_mm256_srl_epi32(v, count), _mm256_castps_si256(normal));
+    const int subnormal = ~_mm256_movemask_ps(_mm256_or_ps(
+                              normal, _mm256_cmp_ps(a, _mm256_setzero_ps(), _CMP_EQ_OQ))) &
+                          0xFF;
+    if (subnormal) {
+      const __m256 t = _mm256_add_ps(a, c);
+      const __m256 off = abs8(_mm256_sub_ps(a, _mm256_sub_ps(t, c)));
+      const __m256 tie = _mm256_andnot_ps(
+          normal, _mm256_cmp_ps(abs8(_mm256_sub_ps(off, half_step)), near_subnormal, _CMP_LE_OQ));
+      if (_mm256_movemask_ps(tie)) return i;
+      code = _mm256_castps_si256(_mm256_blendv_ps(
+          _mm256_castsi256_ps(_mm256_sub_epi32(_mm256_castps_si256(t), _mm256_castps_si256(c))),
+          _mm256_castsi256_ps(code), normal));
+    }
+    code = _mm256_or_si256(
+        code, _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(q), 24), sign_bit));
     const __m128i w =
         _mm_packus_epi32(_mm256_castsi256_si128(code), _mm256_extracti128_si256(code, 1));
     _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + i), _mm_packus_epi16(w, w));
@@ -611,38 +628,48 @@ GMMGEN_RUNS_AVX512 int64_t encode_fp8_avx512(const Fp8Format& f, const float* x,
   const int shift = __builtin_ctzll(uint64_t(every));  // a power of two: no division per group
   const Fp8Steps k(f);
   const int drop = k.drop;
-  const __m512i lsb = _mm512_set1_epi32(1), below_half = _mm512_set1_epi32(k.below_half);
-  const __m512i dropped = _mm512_set1_epi32(k.dropped), half = _mm512_set1_epi32(k.half);
-  const __m512i rebias = _mm512_set1_epi32(k.rebias);
+  const __m512i round = _mm512_set1_epi32(k.round), near = _mm512_set1_epi32(kFp8Near);
+  const __m512i near_mask = _mm512_set1_epi32(k.near_mask), sign_bit = _mm512_set1_epi32(0x80);
   const __m512 max = _mm512_set1_ps(f.max);
   const __m512 min_normal = _mm512_castsi512_ps(_mm512_set1_epi32(int32_t(k.min_normal_bits)));
   const __m512 c = _mm512_castsi512_ps(_mm512_set1_epi32(int32_t(k.c_bits)));
   const __m512 half_step = _mm512_set1_ps(f.half_min_subnormal);
+  const __m512 near_subnormal = _mm512_set1_ps(k.near_subnormal);
+  int64_t lo = -1, hi = -1;  // the blocks whose scales s and reciprocals inv hold
+  __m512 s = _mm512_setzero_ps(), inv = s;
+  bool by_inv = false;
   for (; i + 16 <= n; i += 16) {
-    const __m512 s = every == 1 ? _mm512_loadu_ps(scales + i)
-                                : _mm512_insertf32x8(_mm512_set1_ps(scales[i >> shift]),
-                                                     _mm256_set1_ps(scales[(i + 8) >> shift]), 1);
-    const __m512 q = _mm512_div_ps(_mm512_loadu_ps(x + i), s);
-    const __m512i sign =
-        _mm512_and_si512(_mm512_srli_epi32(_mm512_castps_si512(q), 24), _mm512_set1_epi32(0x80));
+    if (every == 1) {
+      s = _mm512_loadu_ps(scales + i);
+    } else if ((i >> shift) != lo || ((i + 8) >> shift) != hi) {
+      lo = i >> shift, hi = (i + 8) >> shift;
+      const float inv_lo = reciprocal_or_zero(scales[lo]), inv_hi = reciprocal_or_zero(scales[hi]);
+      s = _mm512_insertf32x8(_mm512_set1_ps(scales[lo]), _mm256_set1_ps(scales[hi]), 1);
+      inv = _mm512_insertf32x8(_mm512_set1_ps(inv_lo), _mm256_set1_ps(inv_hi), 1);
+      by_inv = inv_lo != 0.0f && inv_hi != 0.0f;
+    }
+    const __m512 xv = _mm512_loadu_ps(x + i);
+    const __m512 q = by_inv ? _mm512_mul_ps(xv, inv) : _mm512_div_ps(xv, s);
     const __m512 a = _mm512_min_ps(_mm512_abs_ps(q), max);
-    const __m512i u = _mm512_castps_si512(a);
     const __mmask16 normal = _mm512_cmp_ps_mask(a, min_normal, _CMP_GE_OQ);
-    const __m512i up =
-        _mm512_add_epi32(below_half, _mm512_and_si512(_mm512_srli_epi32(u, drop), lsb));
-    const __m512i code_normal =
-        _mm512_sub_epi32(_mm512_srli_epi32(_mm512_add_epi32(u, up), drop), rebias);
-    const __m512 t = _mm512_add_ps(a, c);
-    const __m512i code_subnormal = _mm512_sub_epi32(_mm512_castps_si512(t), _mm512_castps_si512(c));
-    const __mmask16 tie =
-        _mm512_mask_cmpeq_epi32_mask(normal, _mm512_and_si512(u, dropped), half) |
-        _mm512_mask_cmp_ps_mask(_knot_mask16(normal),
-                                _mm512_abs_ps(_mm512_sub_ps(a, _mm512_sub_ps(t, c))), half_step,
-                                _CMP_EQ_OQ);
-    if (tie) return i;
-    const __m512i code = _mm512_mask_blend_epi32(normal, code_subnormal, code_normal);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i),
-                     _mm512_cvtepi32_epi8(_mm512_or_si512(code, sign)));
+    const __m512i v = _mm512_add_epi32(_mm512_castps_si512(a), round);
+    if (_mm512_mask_testn_epi32_mask(normal, _mm512_add_epi32(v, near), near_mask)) return i;
+    __m512i code = _mm512_maskz_srli_epi32(normal, v, drop);
+    const __m512i u = _mm512_castps_si512(a);
+    if ((normal | _mm512_testn_epi32_mask(u, u)) != 0xFFFF) {  // subnormal results
+      const __m512 t = _mm512_add_ps(a, c);
+      const __m512 off = _mm512_abs_ps(_mm512_sub_ps(a, _mm512_sub_ps(t, c)));
+      if (_mm512_mask_cmp_ps_mask(_knot_mask16(normal),
+                                  _mm512_abs_ps(_mm512_sub_ps(off, half_step)), near_subnormal,
+                                  _CMP_LE_OQ))
+        return i;
+      code = _mm512_mask_blend_epi32(
+          normal, _mm512_sub_epi32(_mm512_castps_si512(t), _mm512_castps_si512(c)), code);
+    }
+    // code | (q's sign bit, moved to bit 7)
+    code = _mm512_ternarylogic_epi32(code, _mm512_srli_epi32(_mm512_castps_si512(q), 24), sign_bit,
+                                     0xF8);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(codes + i), _mm512_cvtepi32_epi8(code));
   }
   return i;
 }
