@@ -77,12 +77,13 @@ struct Fp8Format {
 bool has_fp8_runs();
 
 // fp8 codes (one byte each) of x[i] / s, s = scales[i / every] as in encode_int, from i = begin,
-// eight or sixteen at a time, under absmax calibration (x and s f32): the f32 quotient rounded to
-// the format on its bits, to nearest even, saturating at +-max, keeping the sign of zero. The f32
-// quotient lies on the same side of every midpoint between fp8 values as the exact one (midpoints
-// are f32 values) unless it lands on one; at such a group of eight it stops. Returns where it
-// stopped (begin plus a multiple of 8): if fewer than 8 elements are left there, it has encoded all
-// it can, else the caller encodes the next 8 (in f64) and may call again after them.
+// eight or sixteen at a time, under absmax calibration (x and s f32): the f32 quotient (or product
+// by 1 / s) rounded to the format on its bits, to nearest even, saturating at +-max, keeping the
+// sign of zero. That lies on the same side of every midpoint between fp8 values as the exact
+// quotient unless it lies near one: such a sixteen is cast from f64 quotients on AVX-512, while
+// the eight-wide code stops at such an eight. Returns where it stopped (begin plus a multiple of
+// 8): if fewer than 8 elements are left there, it has encoded all it can, else the caller encodes
+// the next 8 (in f64) and may call again after them.
 int64_t encode_fp8(const Fp8Format& f, const float* x, const float* scales, int64_t every,
                    int64_t begin, int64_t n, uint8_t* codes);
 
