@@ -471,6 +471,13 @@ GMMGEN_RUNS_AVX512 inline __m256i codes8(const IntRun& r, __m256 x, __m512d s) {
   return _mm512_cvtpd_epi32(_mm512_roundscale_pd(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
 }
 
+// The sixteen codes of x[0, 16) from f64 quotients, by s_lo for the first eight, s_hi for the rest.
+GMMGEN_RUNS_AVX512 inline __m512i codes16(const IntRun& r, const float* x, __m512d s_lo,
+                                          __m512d s_hi) {
+  return _mm512_inserti64x4(_mm512_castsi256_si512(codes8(r, _mm256_loadu_ps(x), s_lo)),
+                            codes8(r, _mm256_loadu_ps(x + 8), s_hi), 1);
+}
+
 // The sixteen codes of x[i, i + 16) (encode_int's rules) into codes: as rounded8, f32 quotients
 // (x * (1 / s) where a normal scale is shared) unless one is near a half-integer, else f64 ones.
 // Sixteen f32 quotients clamped to [-q, q] (q: qmax in every lane) and rounded, as int32 codes;
@@ -499,13 +506,8 @@ GMMGEN_RUNS_AVX512 void encode16_avx512(const IntRun& r, const float* x, const f
   }
   if (r.fixed || tie) {
     const __m512d s1 = _mm512_set1_pd(double(sc));
-    __m256i c[2];
-    for (int j = 0; j < 2; ++j) {
-      const int64_t at = i + 8 * j;
-      c[j] = codes8(r, _mm256_loadu_ps(x + at),
-                    per_column ? _mm512_cvtps_pd(_mm256_loadu_ps(scales + at)) : s1);
-    }
-    c32 = _mm512_inserti64x4(_mm512_castsi256_si512(c[0]), c[1], 1);
+    c32 = codes16(r, x + i, per_column ? _mm512_cvtps_pd(_mm256_loadu_ps(scales + i)) : s1,
+                  per_column ? _mm512_cvtps_pd(_mm256_loadu_ps(scales + i + 8)) : s1);
   }
   const __m128i b = _mm512_cvtepi32_epi8(c32);
   if (r.bits == 8)
@@ -516,8 +518,10 @@ GMMGEN_RUNS_AVX512 void encode16_avx512(const IntRun& r, const float* x, const f
 
 // encode_int 64 codes at a time where runs of 16 or more share a scale, under absmax: products by
 // the reciprocals of up to 256 blocks' scales at a time (one vector division per 16 blocks),
-// packed and stored whole. A group of 64 holding a near tie, and a segment with a scale too small
-// for a reciprocal, go sixteen at a time. Returns the elements done (a multiple of 64).
+// packed and stored whole. A sixteen holding a near tie takes its codes from f64 quotients
+// (codes8; activations that are bf16 values hit near ties often: when a group of 64 went sixteen
+// at a time, i8 block:32 took twice as long on them); a segment with a scale too small for a
+// reciprocal goes sixteen at a time. Returns the elements done (a multiple of 64).
 GMMGEN_RUNS_AVX512 int64_t encode_int_shared_avx512(const IntRun& r, const float* x,
                                                     const float* scales, int shift, int64_t n,
                                                     uint8_t* codes) {
@@ -548,15 +552,18 @@ GMMGEN_RUNS_AVX512 int64_t encode_int_shared_avx512(const IntRun& r, const float
     }
     for (; i < end; i += 64) {
       __m512i c[4];
-      __mmask16 tie = 0;
+      __mmask16 tie[4] = {0, 0, 0, 0};
       for (int j = 0; j < 4; ++j)
         c[j] = rounded16(q,
                          _mm512_mul_ps(_mm512_loadu_ps(x + i + 16 * j),
                                        _mm512_set1_ps(inv[((i + 16 * j) >> shift) - b0])),
-                         tie);
-      if (tie) {
-        for (int j = 0; j < 4; ++j) encode16_avx512(r, x, scales, false, shift, i + 16 * j, codes);
-        continue;
+                         tie[j]);
+      for (int j = 0; j < 4; ++j) {
+        if (!tie[j]) continue;
+        // A sixteen shares one scale here (runs of 16 or more, i a multiple of 64).
+        const int64_t at = i + 16 * j;
+        const __m512d sd = _mm512_set1_pd(double(scales[at >> shift]));
+        c[j] = codes16(r, x + at, sd, sd);
       }
       const __m512i b = _mm512_permutexvar_epi32(
           order,
