@@ -484,14 +484,8 @@ void encode_run(const Codec& k, const Source& src, const float* row, int64_t c0,
   if constexpr (D == DType::kF8E4M3 || D == DType::kF8E5M2) {
     const quant_runs::Fp8Format f{k.precision, k.emin, float(k.max), float(k.half_min_subnormal)};
     if (quant_runs::has_fp8_runs() && src.cal.kind == Calibration::Kind::kAbsmax) {
-      // Sixteen (AVX-512) or eight at a time in f32; eight holding a tie of the f32 quotient are
-      // encoded here, in f64.
-      for (;;) {
-        c = c0 + quant_runs::encode_fp8(f, row + c0, scales, every, c - c0, c1 - c0, crow + c0);
-        if (c + 8 > c1) break;
-        for (const int64_t e = c + 8; c < e; ++c)
-          crow[c] = encode<D>(k, double(row[c]) / scales[(c - c0) / every]);
-      }
+      // Sixteen (AVX-512) or eight at a time; the last few below.
+      c += quant_runs::encode_fp8(f, row + c0, scales, every, c1 - c0, crow + c0);
     } else if (quant_runs::has_fp8_exact()) {  // fixed calibration, AVX-512: eight at a time in f64
       const quant_runs::Clip clip{src.cal.kind == Calibration::Kind::kFixed, src.cal.lo,
                                   src.cal.hi};

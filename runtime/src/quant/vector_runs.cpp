@@ -265,14 +265,16 @@ GMMGEN_RUNS_AVX2 int64_t encode_int_avx2(const IntRun& r, const float* x, const 
 // rounding itself rather than shifts by each lane's exponent. A normal result (a >= 2^emin) is a's
 // bits plus half a step of the format's significand, shifted right by f32's extra bits (a carry
 // moves into the exponent, as rounding up into the next binade does), rebiased in the same add.
-// That rounds half up; a group holding a tie (dropped bits exactly half a step) never gets there:
-// it stops, as does a near tie (the dropped bits within kFp8Near f32 steps of half a step), so the
-// quotient may be a product by the scale's reciprocal, which lies within 2^-23 |x / s| (two f32
-// steps) of x / s (as kNearHalf). A subnormal result (0 < a < 2^emin, rare under absmax: below
-// 2^emin / max of the block's largest) counts steps of 2^(emin - frac): a + C, C the power of two
-// whose f32 spacing is that step, rounds a to a whole number of steps (to nearest even), and its
-// bits past C's are that number (2^frac, rounding up to 2^emin, is that code); one within kFp8Near
-// f32 steps of 2^emin of a tie stops the group too. Zero is code 0.
+// That rounds half up, so a group holding a tie (dropped bits exactly half a step), or a near tie
+// (within kFp8Near f32 steps of one: q may be a product by the scale's reciprocal, within 2^-23
+// |x / s|, two f32 steps, of x / s, as kNearHalf), takes a from its f64 quotients instead, put on
+// the format's grid (on_grid8), where these steps round nothing. A subnormal result (0 < a <
+// 2^emin, rare under absmax: below 2^emin / max of the block's largest) counts steps of
+// 2^(emin - frac): a + C, C the power of two whose f32 spacing is that step, rounds a to a whole
+// number of steps (to nearest even), and its bits past C's are that number (2^frac, rounding up
+// to 2^emin, is that code); one within kFp8Near f32 steps of 2^emin of a tie is a near tie too.
+// Zero is code 0. Activations that are bf16 values hit near ties often (quotients of two 8-bit
+// significands): groups that stopped and went to the scalar cast took 1.4-2x the time.
 constexpr int32_t kFp8Near = 8;
 struct Fp8Steps {
   int frac, drop;     // the format's stored significand bits, f32's dropped ones
@@ -289,6 +291,37 @@ struct Fp8Steps {
         c_bits(uint32_t(127 + f.emin - frac + 23) << 23),
         near_subnormal(std::ldexp(float(kFp8Near), f.emin - 23)) {}
 };
+
+// |x / s| (four lanes) on the fp8 grid, from the f64 quotient a = min(|x / s|, max): a + C - C in
+// f64, C = 2^(e + 52 - frac) for a's exponent e (at least emin), whose f64 spacing is the grid's
+// step at e, rounds a to the grid (to nearest even) and is otherwise exact. The result is an fp8
+// value, exact in f32: encode_fp8_avx2's steps on it round nothing, so its code is the f64
+// quotient's, whatever ties it held.
+GMMGEN_RUNS_AVX2 inline __m128 on_grid4(const Fp8Format& f, __m128 x, __m128 s) {
+  const __m256d v = _mm256_div_pd(_mm256_cvtps_pd(x), _mm256_cvtps_pd(s));
+  const __m256d a =
+      _mm256_min_pd(_mm256_andnot_pd(_mm256_set1_pd(-0.0), v), _mm256_set1_pd(double(f.max)));
+  // Biased exponents fit 32 bits (the lanes' high halves are zero): a 32-bit max is a 64-bit one.
+  const __m256i e = _mm256_max_epi32(_mm256_srli_epi64(_mm256_castpd_si256(a), 52),
+                                     _mm256_set1_epi64x(1023 + f.emin));
+  const __m256d c = _mm256_castsi256_pd(
+      _mm256_slli_epi64(_mm256_add_epi64(e, _mm256_set1_epi64x(52 - (f.precision - 1))), 52));
+  return _mm256_cvtpd_ps(_mm256_sub_pd(_mm256_add_pd(a, c), c));
+}
+
+// on_grid4 of eight lanes. Out of line: it runs only at near ties, and inlined, its constants
+// took registers from encode_fp8_avx2's loop (1.05-1.07x the time on values without ties).
+[[gnu::noinline]] GMMGEN_RUNS_AVX2 __m256 on_grid8(const Fp8Format& f, const float* x, __m256 s) {
+  return _mm256_set_m128(on_grid4(f, _mm_loadu_ps(x + 4), _mm256_extractf128_ps(s, 1)),
+                         on_grid4(f, _mm_loadu_ps(x), _mm256_castps256_ps128(s)));
+}
+
+// The lanes holding subnormal results (neither normal nor zero), as a movemask.
+GMMGEN_RUNS_AVX2 inline int subnormal_lanes(__m256 a, __m256 normal) {
+  return ~_mm256_movemask_ps(
+             _mm256_or_ps(normal, _mm256_cmp_ps(a, _mm256_setzero_ps(), _CMP_EQ_OQ))) &
+         0xFF;
+}
 
 GMMGEN_RUNS_AVX2 int64_t encode_fp8_avx2(const Fp8Format& f, const float* x, const float* scales,
                                          int64_t every, int64_t i, int64_t n, uint8_t* codes) {
@@ -314,22 +347,27 @@ GMMGEN_RUNS_AVX2 int64_t encode_fp8_avx2(const Fp8Format& f, const float* x, con
     }
     const __m256 xv = _mm256_loadu_ps(x + i);
     const __m256 q = by_inv ? _mm256_mul_ps(xv, inv) : _mm256_div_ps(xv, s);
-    const __m256 a = _mm256_min_ps(abs8(q), max);
-    const __m256 normal = _mm256_cmp_ps(a, min_normal, _CMP_GE_OQ);
-    const __m256i v = _mm256_add_epi32(_mm256_castps_si256(a), round);
+    __m256 a = _mm256_min_ps(abs8(q), max);
+    __m256 normal = _mm256_cmp_ps(a, min_normal, _CMP_GE_OQ);
+    __m256i v = _mm256_add_epi32(_mm256_castps_si256(a), round);
     const __m256i near_tie = _mm256_cmpeq_epi32(
         _mm256_and_si256(_mm256_add_epi32(v, near), near_mask), _mm256_setzero_si256());
-    if (_mm256_movemask_ps(_mm256_and_ps(normal, _mm256_castsi256_ps(near_tie)))) return i;
+    int tied = _mm256_movemask_ps(_mm256_and_ps(normal, _mm256_castsi256_ps(near_tie)));
+    int subnormal = subnormal_lanes(a, normal);
+    if (subnormal && !tied) {
+      const __m256 off = abs8(_mm256_sub_ps(a, _mm256_sub_ps(_mm256_add_ps(a, c), c)));
+      tied = _mm256_movemask_ps(_mm256_andnot_ps(
+          normal, _mm256_cmp_ps(abs8(_mm256_sub_ps(off, half_step)), near_subnormal, _CMP_LE_OQ)));
+    }
+    if (tied) {  // the eight on the grid from their f64 quotients
+      a = on_grid8(f, x + i, s);
+      normal = _mm256_cmp_ps(a, min_normal, _CMP_GE_OQ);
+      v = _mm256_add_epi32(_mm256_castps_si256(a), round);
+      subnormal = subnormal_lanes(a, normal);
+    }
     __m256i code = _mm256_and_si256(_mm256_srl_epi32(v, count), _mm256_castps_si256(normal));
-    const int subnormal = ~_mm256_movemask_ps(_mm256_or_ps(
-                              normal, _mm256_cmp_ps(a, _mm256_setzero_ps(), _CMP_EQ_OQ))) &
-                          0xFF;
     if (subnormal) {
       const __m256 t = _mm256_add_ps(a, c);
-      const __m256 off = abs8(_mm256_sub_ps(a, _mm256_sub_ps(t, c)));
-      const __m256 tie = _mm256_andnot_ps(
-          normal, _mm256_cmp_ps(abs8(_mm256_sub_ps(off, half_step)), near_subnormal, _CMP_LE_OQ));
-      if (_mm256_movemask_ps(tie)) return i;
       code = _mm256_castps_si256(_mm256_blendv_ps(
           _mm256_castsi256_ps(_mm256_sub_epi32(_mm256_castps_si256(t), _mm256_castps_si256(c))),
           _mm256_castsi256_ps(code), normal));
@@ -627,14 +665,12 @@ GMMGEN_RUNS_AVX512 inline __m128i encode_fp8_x8(const Fp8Format& f, __m512d v) {
   return _mm512_cvtepi64_epi8(_mm512_mask_or_epi64(sign, nonzero, sign, code));
 }
 
-// encode_fp8_avx2 sixteen at a time. Each half takes its own scale block (blocks are powers of
-// two >= 16, so an eight never straddles two), so i may be any multiple of 8. A sixteen holding a
-// near tie is cast from its f64 quotients here (encode_fp8_x8) rather than stopping: activations
-// that are bf16 values hit near ties often enough (quotients of two 8-bit significands) that
-// stopping doubled the encoder's time. Returns n rounded down to sixteens.
+// encode_fp8_avx2 sixteen at a time, each half with its own scale block (blocks are powers of two
+// >= 16, so an eight never straddles two); a sixteen holding a near tie is cast from its f64
+// quotients (encode_fp8_x8). Returns n rounded down to sixteens.
 GMMGEN_RUNS_AVX512 int64_t encode_fp8_avx512(const Fp8Format& f, const float* x,
-                                             const float* scales, int64_t every, int64_t i,
-                                             int64_t n, uint8_t* codes) {
+                                             const float* scales, int64_t every, int64_t n,
+                                             uint8_t* codes) {
   const int shift = __builtin_ctzll(uint64_t(every));  // a power of two: no division per group
   const Fp8Steps k(f);
   const int drop = k.drop;
@@ -648,6 +684,7 @@ GMMGEN_RUNS_AVX512 int64_t encode_fp8_avx512(const Fp8Format& f, const float* x,
   int64_t lo = -1, hi = -1;  // the blocks whose scales s and reciprocals inv hold
   __m512 s = _mm512_setzero_ps(), inv = s;
   bool by_inv = false;
+  int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     if (every == 1) {
       s = _mm512_loadu_ps(scales + i);
@@ -878,16 +915,14 @@ bool has_fp8_runs() {
 }
 
 int64_t encode_fp8(const Fp8Format& f, const float* x, const float* scales, int64_t every,
-                   int64_t begin, int64_t n, uint8_t* codes) {
+                   int64_t n, uint8_t* codes) {
+  int64_t i = 0;
 #ifdef GMMGEN_QUANT_RUNS_X86
-  if (level() == Level::kAvx512) {
-    begin = encode_fp8_avx512(f, x, scales, every, begin, n, codes);
-    if (n - begin >= 16) return begin;  // stopped at a tie
-  }
-  if (level() != Level::kScalar) return encode_fp8_avx2(f, x, scales, every, begin, n, codes);
+  if (level() == Level::kAvx512) i = encode_fp8_avx512(f, x, scales, every, n, codes);
+  if (level() != Level::kScalar) i = encode_fp8_avx2(f, x, scales, every, i, n, codes);
 #endif
   (void)f, (void)x, (void)scales, (void)every, (void)n, (void)codes;
-  return begin;
+  return i;
 }
 
 int64_t encode_int(const IntRun& r, const float* x, const float* scales, int64_t every, int64_t n,

@@ -76,16 +76,14 @@ struct Fp8Format {
 // Whether encode_fp8 has vector code on this host (AVX2; AVX-512 takes sixteen at a time).
 bool has_fp8_runs();
 
-// fp8 codes (one byte each) of x[i] / s, s = scales[i / every] as in encode_int, from i = begin,
-// eight or sixteen at a time, under absmax calibration (x and s f32): the f32 quotient (or product
-// by 1 / s) rounded to the format on its bits, to nearest even, saturating at +-max, keeping the
-// sign of zero. That lies on the same side of every midpoint between fp8 values as the exact
-// quotient unless it lies near one: such a sixteen is cast from f64 quotients on AVX-512, while
-// the eight-wide code stops at such an eight. Returns where it stopped (begin plus a multiple of
-// 8): if fewer than 8 elements are left there, it has encoded all it can, else the caller encodes
-// the next 8 (in f64) and may call again after them.
+// fp8 codes (one byte each) of x[i] / s, s = scales[i / every] as in encode_int, sixteen or eight
+// at a time, under absmax calibration (x and s f32): the f32 quotient (or product by 1 / s)
+// rounded to the format on its bits, to nearest even, saturating at +-max, keeping the sign of
+// zero. That lies on the same side of every midpoint between fp8 values as the exact quotient
+// unless it lies near one: a group holding such a near tie is cast from f64 quotients instead,
+// so every code is the f64 quotient's. Returns the elements done: n rounded down to 8.
 int64_t encode_fp8(const Fp8Format& f, const float* x, const float* scales, int64_t every,
-                   int64_t begin, int64_t n, uint8_t* codes);
+                   int64_t n, uint8_t* codes);
 
 // Fixed calibration's clipping of x to [lo, hi] before the quotient (none under absmax).
 struct Clip {
