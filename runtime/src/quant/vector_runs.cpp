@@ -309,8 +309,7 @@ GMMGEN_RUNS_AVX2 inline __m128 on_grid4(const Fp8Format& f, __m128 x, __m128 s) 
   return _mm256_cvtpd_ps(_mm256_sub_pd(_mm256_add_pd(a, c), c));
 }
 
-// on_grid4 of eight lanes. Out of line: it runs only at near ties, and inlined, its constants
-// took registers from encode_fp8_avx2's loop (1.05-1.07x the time on values without ties).
+// on_grid4 of eight lanes; out of line: it runs only at near ties.
 [[gnu::noinline]] GMMGEN_RUNS_AVX2 __m256 on_grid8(const Fp8Format& f, const float* x, __m256 s) {
   return _mm256_set_m128(on_grid4(f, _mm_loadu_ps(x + 4), _mm256_extractf128_ps(s, 1)),
                          on_grid4(f, _mm_loadu_ps(x), _mm256_castps256_ps128(s)));
@@ -323,60 +322,77 @@ GMMGEN_RUNS_AVX2 inline int subnormal_lanes(__m256 a, __m256 normal) {
          0xFF;
 }
 
+// The eight codes of magnitudes a (a normal where `normal`, else a subnormal result or 0, a
+// movemask of the subnormal lanes in `subnormal`) with q's signs, into codes: encode_fp8_avx2's
+// steps.
+GMMGEN_RUNS_AVX2 inline void store_fp8_codes8(__m256 a, __m256 normal, int subnormal, __m256 q,
+                                              __m256i round, __m128i count, __m256 c,
+                                              uint8_t* codes) {
+  __m256i code =
+      _mm256_and_si256(_mm256_srl_epi32(_mm256_add_epi32(_mm256_castps_si256(a), round), count),
+                       _mm256_castps_si256(normal));
+  if (subnormal) {
+    const __m256 t = _mm256_add_ps(a, c);
+    code = _mm256_castps_si256(_mm256_blendv_ps(
+        _mm256_castsi256_ps(_mm256_sub_epi32(_mm256_castps_si256(t), _mm256_castps_si256(c))),
+        _mm256_castsi256_ps(code), normal));
+  }
+  code = _mm256_or_si256(code, _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(q), 24),
+                                                _mm256_set1_epi32(0x80)));
+  const __m128i w =
+      _mm_packus_epi32(_mm256_castsi256_si128(code), _mm256_extracti128_si256(code, 1));
+  _mm_storel_epi64(reinterpret_cast<__m128i*>(codes), _mm_packus_epi16(w, w));
+}
+
 GMMGEN_RUNS_AVX2 int64_t encode_fp8_avx2(const Fp8Format& f, const float* x, const float* scales,
                                          int64_t every, int64_t i, int64_t n, uint8_t* codes) {
   const int shift = __builtin_ctzll(uint64_t(every));  // a power of two: no division per group
   const Fp8Steps k(f);
   const __m256i round = _mm256_set1_epi32(k.round), near = _mm256_set1_epi32(kFp8Near);
-  const __m256i near_mask = _mm256_set1_epi32(k.near_mask), sign_bit = _mm256_set1_epi32(0x80);
+  const __m256i near_mask = _mm256_set1_epi32(k.near_mask);
   const __m256 max = _mm256_set1_ps(f.max), half_step = _mm256_set1_ps(f.half_min_subnormal);
   const __m256 min_normal = _mm256_castsi256_ps(_mm256_set1_epi32(int32_t(k.min_normal_bits)));
   const __m256 c = _mm256_castsi256_ps(_mm256_set1_epi32(int32_t(k.c_bits)));
   const __m256 near_subnormal = _mm256_set1_ps(k.near_subnormal);
   const __m128i count = _mm_cvtsi32_si128(k.drop);
   int64_t block = -1;  // the block whose scale s and reciprocal inv hold
-  __m256 s = _mm256_setzero_ps(), inv = s;
+  __m256 s = _mm256_setzero_ps(), inv = s, q = s;
   bool by_inv = false;
-  for (; i + 8 <= n; i += 8) {
-    if (every == 1) {
-      s = _mm256_loadu_ps(scales + i);
-    } else if ((i >> shift) != block) {
-      block = i >> shift;
-      const float r = reciprocal_or_zero(scales[block]);
-      s = _mm256_set1_ps(scales[block]), inv = _mm256_set1_ps(r), by_inv = r != 0.0f;
+  // Eights without near ties in the inner loop; one with a near tie breaks out of it and is put
+  // on the grid here, off the loop, whose constants then keep their registers.
+  while (i + 8 <= n) {
+    for (; i + 8 <= n; i += 8) {
+      if (every == 1) {
+        s = _mm256_loadu_ps(scales + i);
+      } else if ((i >> shift) != block) {
+        block = i >> shift;
+        const float r = reciprocal_or_zero(scales[block]);
+        s = _mm256_set1_ps(scales[block]), inv = _mm256_set1_ps(r), by_inv = r != 0.0f;
+      }
+      const __m256 xv = _mm256_loadu_ps(x + i);
+      q = by_inv ? _mm256_mul_ps(xv, inv) : _mm256_div_ps(xv, s);
+      const __m256 a = _mm256_min_ps(abs8(q), max);
+      const __m256 normal = _mm256_cmp_ps(a, min_normal, _CMP_GE_OQ);
+      const __m256i near_tie = _mm256_cmpeq_epi32(
+          _mm256_and_si256(_mm256_add_epi32(_mm256_add_epi32(_mm256_castps_si256(a), round), near),
+                           near_mask),
+          _mm256_setzero_si256());
+      if (_mm256_movemask_ps(_mm256_and_ps(normal, _mm256_castsi256_ps(near_tie)))) break;
+      const int subnormal = subnormal_lanes(a, normal);
+      if (subnormal) {
+        const __m256 off = abs8(_mm256_sub_ps(a, _mm256_sub_ps(_mm256_add_ps(a, c), c)));
+        if (_mm256_movemask_ps(_mm256_andnot_ps(
+                normal,
+                _mm256_cmp_ps(abs8(_mm256_sub_ps(off, half_step)), near_subnormal, _CMP_LE_OQ))))
+          break;
+      }
+      store_fp8_codes8(a, normal, subnormal, q, round, count, c, codes + i);
     }
-    const __m256 xv = _mm256_loadu_ps(x + i);
-    const __m256 q = by_inv ? _mm256_mul_ps(xv, inv) : _mm256_div_ps(xv, s);
-    __m256 a = _mm256_min_ps(abs8(q), max);
-    __m256 normal = _mm256_cmp_ps(a, min_normal, _CMP_GE_OQ);
-    __m256i v = _mm256_add_epi32(_mm256_castps_si256(a), round);
-    const __m256i near_tie = _mm256_cmpeq_epi32(
-        _mm256_and_si256(_mm256_add_epi32(v, near), near_mask), _mm256_setzero_si256());
-    int tied = _mm256_movemask_ps(_mm256_and_ps(normal, _mm256_castsi256_ps(near_tie)));
-    int subnormal = subnormal_lanes(a, normal);
-    if (subnormal && !tied) {
-      const __m256 off = abs8(_mm256_sub_ps(a, _mm256_sub_ps(_mm256_add_ps(a, c), c)));
-      tied = _mm256_movemask_ps(_mm256_andnot_ps(
-          normal, _mm256_cmp_ps(abs8(_mm256_sub_ps(off, half_step)), near_subnormal, _CMP_LE_OQ)));
-    }
-    if (tied) {  // the eight on the grid from their f64 quotients
-      a = on_grid8(f, x + i, s);
-      normal = _mm256_cmp_ps(a, min_normal, _CMP_GE_OQ);
-      v = _mm256_add_epi32(_mm256_castps_si256(a), round);
-      subnormal = subnormal_lanes(a, normal);
-    }
-    __m256i code = _mm256_and_si256(_mm256_srl_epi32(v, count), _mm256_castps_si256(normal));
-    if (subnormal) {
-      const __m256 t = _mm256_add_ps(a, c);
-      code = _mm256_castps_si256(_mm256_blendv_ps(
-          _mm256_castsi256_ps(_mm256_sub_epi32(_mm256_castps_si256(t), _mm256_castps_si256(c))),
-          _mm256_castsi256_ps(code), normal));
-    }
-    code = _mm256_or_si256(
-        code, _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(q), 24), sign_bit));
-    const __m128i w =
-        _mm_packus_epi32(_mm256_castsi256_si128(code), _mm256_extracti128_si256(code, 1));
-    _mm_storel_epi64(reinterpret_cast<__m128i*>(codes + i), _mm_packus_epi16(w, w));
+    if (i + 8 > n) break;
+    const __m256 a = on_grid8(f, x + i, s);  // s and q are the eight's
+    const __m256 normal = _mm256_cmp_ps(a, min_normal, _CMP_GE_OQ);
+    store_fp8_codes8(a, normal, subnormal_lanes(a, normal), q, round, count, c, codes + i);
+    i += 8;
   }
   return i;
 }
