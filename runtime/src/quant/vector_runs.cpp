@@ -279,7 +279,7 @@ constexpr int32_t kFp8Near = 8;
 struct Fp8Steps {
   int frac, drop;     // the format's stored significand bits, f32's dropped ones
   int32_t round;      // half a step, less the exponent's rebias (f32's bias - the format's)
-  int32_t near_mask;  // dropped bits of (a's bits + round + kFp8Near) all zero: a near tie
+  int32_t near_mask;  // (a's bits + round + kFp8Near) & near_mask == 0: a near tie
   uint32_t min_normal_bits, c_bits;  // 2^emin and C, normal f32 powers of two
   float near_subnormal;              // kFp8Near f32 steps of 2^emin: a subnormal's near tie
   explicit Fp8Steps(const Fp8Format& f)
