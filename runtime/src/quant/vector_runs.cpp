@@ -681,9 +681,9 @@ GMMGEN_RUNS_AVX512 inline __m128i encode_fp8_x8(const Fp8Format& f, __m512d v) {
   return _mm512_cvtepi64_epi8(_mm512_mask_or_epi64(sign, nonzero, sign, code));
 }
 
-// encode_fp8_avx2 sixteen at a time, each half with its own scale block (blocks are powers of two
-// >= 16, so an eight never straddles two); a sixteen holding a near tie is cast from its f64
-// quotients (encode_fp8_x8). Returns n rounded down to sixteens.
+// encode_fp8_avx2 sixteen at a time from x's start (blocks are powers of two >= 16, so a sixteen
+// never straddles two); a sixteen holding a near tie is cast from its f64 quotients
+// (encode_fp8_x8). Returns n rounded down to sixteens.
 GMMGEN_RUNS_AVX512 int64_t encode_fp8_avx512(const Fp8Format& f, const float* x,
                                              const float* scales, int64_t every, int64_t n,
                                              uint8_t* codes) {
@@ -697,19 +697,17 @@ GMMGEN_RUNS_AVX512 int64_t encode_fp8_avx512(const Fp8Format& f, const float* x,
   const __m512 c = _mm512_castsi512_ps(_mm512_set1_epi32(int32_t(k.c_bits)));
   const __m512 half_step = _mm512_set1_ps(f.half_min_subnormal);
   const __m512 near_subnormal = _mm512_set1_ps(k.near_subnormal);
-  int64_t lo = -1, hi = -1;  // the blocks whose scales s and reciprocals inv hold
+  int64_t block = -1;  // the block whose scale s and reciprocal inv hold
   __m512 s = _mm512_setzero_ps(), inv = s;
   bool by_inv = false;
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     if (every == 1) {
       s = _mm512_loadu_ps(scales + i);
-    } else if ((i >> shift) != lo || ((i + 8) >> shift) != hi) {
-      lo = i >> shift, hi = (i + 8) >> shift;
-      const float inv_lo = reciprocal_or_zero(scales[lo]), inv_hi = reciprocal_or_zero(scales[hi]);
-      s = _mm512_insertf32x8(_mm512_set1_ps(scales[lo]), _mm256_set1_ps(scales[hi]), 1);
-      inv = _mm512_insertf32x8(_mm512_set1_ps(inv_lo), _mm256_set1_ps(inv_hi), 1);
-      by_inv = inv_lo != 0.0f && inv_hi != 0.0f;
+    } else if ((i >> shift) != block) {
+      block = i >> shift;
+      const float r = reciprocal_or_zero(scales[block]);
+      s = _mm512_set1_ps(scales[block]), inv = _mm512_set1_ps(r), by_inv = r != 0.0f;
     }
     const __m512 xv = _mm512_loadu_ps(x + i);
     const __m512 q = by_inv ? _mm512_mul_ps(xv, inv) : _mm512_div_ps(xv, s);
