@@ -82,6 +82,8 @@ bool tile_path(const KernelSpec& s, const IsaFamily& f);
 // (vdpbf16ps): gmm pairs consecutive k, tgmm consecutive group rows (both operands of a chunk
 // packed into pairs).
 bool bf16_pairs(const KernelSpec& s, const IsaFamily& f);
+// Whether a gmm kernel of family f has items of whole weight rows (see kRowStreamColumns).
+bool row_streams(const KernelSpec& s, const IsaFamily& f);
 
 // How a quantized kernel of family f multiplies its decoded codes. quant_int_dot: integer codes
 // on both sides of a gmm, summed in i32 by the family's integer dot product (k-blocks start on a
@@ -117,14 +119,17 @@ inline constexpr int64_t kPrefetchSpreadTiles = 4;
 inline constexpr int64_t kPrefetchLastTiles = 8;
 
 // gmm of bf16 x bf16 [K, N] on a family with pairs (vdpbf16ps), N a power of two of at most
-// kRowStreamColumns and more than one n-tile, in calls of at least kRowStreamSteps grid steps:
-// each grid step of at most kRowStreamRows rows is one work item over whole weight rows, in
-// k-blocks kRowStreamDepth deep (at most tk), with accumulators for kRowStreamRows rows of all N
-// columns in its scratch (templates/cpp/gmm.cpp, run_row_streams).
+// kRowStreamColumns, at least one vector wide, and more than one n-tile (row_streams()), in calls
+// of at least kRowStreamSteps grid steps: each grid step of at most kRowStreamRows *
+// kRowStreamPasses rows is one work item over whole weight rows, in k-blocks kRowStreamDepth deep,
+// in passes of at most kRowStreamRows rows (one register accumulator per row), with the pass's
+// lhs pairs and (unless the output is f32, which holds them) the sums of all N columns in its
+// scratch (templates/cpp/gmm.cpp, run_row_streams).
 inline constexpr int64_t kRowStreamColumns = 2048;
 inline constexpr int64_t kRowStreamRows = 24;
+inline constexpr int64_t kRowStreamPasses = 2;
 inline constexpr int64_t kRowStreamSteps = 16;
-inline constexpr int64_t kRowStreamDepth = 64;
+inline constexpr int64_t kRowStreamDepth = 128;
 
 // tgmm load balance: a group of at least 2 * kSplitChunks * tm rows whose output has fewer than
 // kSplitMaxTiles tiles (and at most kSplitMaxElements elements, so the partial sums stay small)

@@ -115,6 +115,12 @@ bool bf16_pairs(const KernelSpec& s, const IsaFamily& f) {
   return f.bf16_dot && s.lhs == DType::kBF16 && s.rhs == DType::kBF16;
 }
 
+bool row_streams(const KernelSpec& s, const IsaFamily& f) {
+  const int64_t tn = run_tiling(s).tn;
+  return bf16_pairs(s, f) && s.op == Op::kGmm && !s.transpose_rhs && tn < s.n &&
+         s.n <= kRowStreamColumns && (s.n & (s.n - 1)) == 0 && s.n % f.vec == 0;
+}
+
 bool quant_int_dot(const KernelSpec& s, const IsaFamily& f) {
   const int64_t tk = run_tiling(s).tk;
   return f.int_dot && s.op == Op::kGmm && is_integer(s.lhs) && is_integer(s.rhs) &&
@@ -196,12 +202,13 @@ int64_t scratch_bytes(const KernelSpec& s, const IsaFamily& f) {
   } else {
     // The f32 accumulator [tm][tn'], the packed rhs block [tk'][tn'] (tk' even for bf16 pairs),
     // mr lhs rows converted to f32 [mr][tk], and where items of whole weight rows run their
-    // accumulators [kRowStreamRows][n'] (a scratch of their own).
+    // sums [kRowStreamRows * kRowStreamPasses][n'] and lhs pairs (a scratch of their own).
     const int64_t cols = packed_cols(tn, f.nr);
-    const bool row_streams = bf16_pairs(s, f) && !s.transpose_rhs && tn < s.n &&
-                             s.n <= kRowStreamColumns && (s.n & (s.n - 1)) == 0;
-    floats = tm * cols + (tk + 1) / 2 * 2 * cols + f.mr * tk +
-             (row_streams ? kRowStreamRows * packed_cols(s.n, f.nr) : 0);
+    floats =
+        tm * cols + (tk + 1) / 2 * 2 * cols + f.mr * tk +
+        (row_streams(s, f)
+             ? kRowStreamRows * (kRowStreamPasses * packed_cols(s.n, f.nr) + kRowStreamDepth / 2)
+             : 0);
   }
   // Quantized operands (templates/cpp/quant/): the partial product of the current scale block,
   // in f32 and in i32, beside the accumulators; gmm also stages one panel of decoded codes

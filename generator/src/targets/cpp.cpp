@@ -134,6 +134,11 @@ mu::data family_context(const KernelSpec& s, const IsaFamily& f, size_t index, s
   const bool qint = quant_int_dot(s, f), qpairs = quant_pairs(s, f);
   ctx.set("bf16_dot", mu::data(pairs || qpairs));
   ctx.set("pairs", mu::data(pairs));
+  ctx.set("row_streams", mu::data(row_streams(s, f)));
+  mu::data stream_rows{mu::data::type::list};  // the accumulators of an item of whole rows
+  for (int64_t i = 0; i < kRowStreamRows; ++i)
+    stream_rows.push_back(mu::object{{"i", std::to_string(i)}});
+  ctx.set("stream_rows", stream_rows);
   ctx.set("tiles", mu::data(tile_path(s, f)));
   // Quantized weights with bf16 activations on tiles.
   const bool tiles_q = quant_tile_path(s, f);
@@ -279,6 +284,7 @@ class CppTarget final : public Target {
     ctx.set("prefetch_last_tiles", std::to_string(kPrefetchLastTiles));
     ctx.set("row_stream_columns", std::to_string(kRowStreamColumns));
     ctx.set("row_stream_rows", std::to_string(kRowStreamRows));
+    ctx.set("row_stream_passes", std::to_string(kRowStreamPasses));
     ctx.set("row_stream_steps", std::to_string(kRowStreamSteps));
     ctx.set("row_stream_depth", std::to_string(kRowStreamDepth));
     ctx.set("max_slices", std::to_string(kMaxSlices));
