@@ -119,14 +119,25 @@ inline constexpr int64_t kPrefetchSpreadTiles = 4;
 inline constexpr int64_t kPrefetchLastTiles = 8;
 
 // gmm of bf16 x bf16 [K, N] on a family with pairs (vdpbf16ps), N a power of two of at most
-// kRowStreamColumns, at least one vector wide, and more than one n-tile (row_streams()), in calls
+// kRowStreamColumns, at least two vectors wide, and more than one n-tile (row_streams()), in calls
 // of at least kRowStreamSteps grid steps: each grid step of at most kRowStreamRows *
 // kRowStreamPasses rows is one work item over whole weight rows, in k-blocks kRowStreamDepth deep,
 // in passes of at most kRowStreamRows rows (one register accumulator per row), with the pass's
 // lhs pairs and (unless the output is f32, which holds them) the sums of all N columns in its
-// scratch (templates/cpp/gmm.cpp, run_row_streams).
+// scratch (templates/cpp/gmm.cpp, run_row_streams). Where weight rows lie a multiple of 4 KiB
+// apart, passes of at most kRowStreamWideRows rows take 32 columns (a whole line of each weight
+// row, two accumulators per row) where the others take 16: such rows all fall in one L1 set, so
+// the second half of every line came from L2 again (Zen 4, one thread, a 128-deep k-block of
+// 2048 columns in L2: 15 rows x 32 columns 219-221 GFLOP/s, 16 x 16 172-175; with 16 rows the
+// line halves read by two 8-row passes of 32 columns ran 152-156).
 inline constexpr int64_t kRowStreamColumns = 2048;
 inline constexpr int64_t kRowStreamRows = 24;
+inline constexpr int64_t kRowStreamWideRows = 15;
+// There each step also asks for its weight rows kRowStreamAhead rows on to come into L2, instead
+// of each call a share of the next k-block in address order (Zen 4, 2048 columns, 10 and 16 rows
+// a group, against 16-column strips with shares: 64 ran 0.81-0.93x the time, 16 1.40x, 32
+// 0.98-1.06x, 96 0.91-0.98x, 128 1.04x; into L1 instead 0.97-1.28x).
+inline constexpr int64_t kRowStreamAhead = 64;
 inline constexpr int64_t kRowStreamPasses = 2;
 inline constexpr int64_t kRowStreamSteps = 16;
 inline constexpr int64_t kRowStreamDepth = 128;

@@ -118,7 +118,7 @@ bool bf16_pairs(const KernelSpec& s, const IsaFamily& f) {
 bool row_streams(const KernelSpec& s, const IsaFamily& f) {
   const int64_t tn = run_tiling(s).tn;
   return bf16_pairs(s, f) && s.op == Op::kGmm && !s.transpose_rhs && tn < s.n &&
-         s.n <= kRowStreamColumns && (s.n & (s.n - 1)) == 0 && s.n % f.vec == 0;
+         s.n <= kRowStreamColumns && (s.n & (s.n - 1)) == 0 && s.n % (2 * f.vec) == 0;
 }
 
 bool quant_int_dot(const KernelSpec& s, const IsaFamily& f) {

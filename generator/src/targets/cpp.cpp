@@ -139,6 +139,10 @@ mu::data family_context(const KernelSpec& s, const IsaFamily& f, size_t index, s
   for (int64_t i = 0; i < kRowStreamRows; ++i)
     stream_rows.push_back(mu::object{{"i", std::to_string(i)}});
   ctx.set("stream_rows", stream_rows);
+  mu::data wide_rows{mu::data::type::list};  // and of its passes 32 columns wide (two per row)
+  for (int64_t i = 0; i < kRowStreamWideRows; ++i)
+    wide_rows.push_back(mu::object{{"i", std::to_string(i)}});
+  ctx.set("wide_rows", wide_rows);
   ctx.set("tiles", mu::data(tile_path(s, f)));
   // Quantized weights with bf16 activations on tiles.
   const bool tiles_q = quant_tile_path(s, f);
@@ -284,6 +288,8 @@ class CppTarget final : public Target {
     ctx.set("prefetch_last_tiles", std::to_string(kPrefetchLastTiles));
     ctx.set("row_stream_columns", std::to_string(kRowStreamColumns));
     ctx.set("row_stream_rows", std::to_string(kRowStreamRows));
+    ctx.set("row_stream_wide_rows", std::to_string(kRowStreamWideRows));
+    ctx.set("row_stream_ahead", std::to_string(kRowStreamAhead));
     ctx.set("row_stream_passes", std::to_string(kRowStreamPasses));
     ctx.set("row_stream_steps", std::to_string(kRowStreamSteps));
     ctx.set("row_stream_depth", std::to_string(kRowStreamDepth));
