@@ -109,6 +109,20 @@ std::string render_dtypes(const KernelSpec& s, Renderer& r, const mu::data& ctx)
   return text;
 }
 
+// Mustache lists that write out registers one by one: {i} for i < n, and the vectors {j, off}
+// (j < n, off = j * vec elements) of a register tile's row.
+mu::data index_list(int64_t n) {
+  mu::data list{mu::data::type::list};
+  for (int64_t i = 0; i < n; ++i) list.push_back(mu::object{{"i", std::to_string(i)}});
+  return list;
+}
+mu::data vector_list(int64_t n, int64_t vec) {
+  mu::data list{mu::data::type::list};
+  for (int64_t j = 0; j < n; ++j)
+    list.push_back(mu::object{{"j", std::to_string(j)}, {"off", std::to_string(j * vec)}});
+  return list;
+}
+
 // The context of one ISA family's code: its register tile written out register by register
 // (rows x vecs), whether bf16 x bf16 uses its pair dot product, and the #if chain of isa=native.
 mu::data family_context(const KernelSpec& s, const IsaFamily& f, size_t index, size_t count,
@@ -119,30 +133,18 @@ mu::data family_context(const KernelSpec& s, const IsaFamily& f, size_t index, s
   ctx.set("nr", std::to_string(f.nr));
   ctx.set("nvec", std::to_string(f.nr / f.vec));
   ctx.set("naccs", std::to_string(f.mr * f.nr / f.vec));
-  mu::data rows{mu::data::type::list}, vecs{mu::data::type::list};
-  for (int64_t i = 0; i < f.mr; ++i) rows.push_back(mu::object{{"i", std::to_string(i)}});
-  for (int64_t j = 0; j < f.nr / f.vec; ++j)
-    vecs.push_back(mu::object{{"j", std::to_string(j)}, {"off", std::to_string(j * f.vec)}});
-  ctx.set("rows", rows);
-  ctx.set("vecs", vecs);
+  ctx.set("rows", index_list(f.mr));
+  ctx.set("vecs", vector_list(f.nr / f.vec, f.vec));
   // The vectors of a register tile half as wide (a tile that also holds its f32 accumulators).
-  mu::data fold_vecs{mu::data::type::list};
-  for (int64_t j = 0; j < f.nr / f.vec / 2; ++j)
-    fold_vecs.push_back(mu::object{{"j", std::to_string(j)}, {"off", std::to_string(j * f.vec)}});
-  ctx.set("fold_vecs", fold_vecs);
+  ctx.set("fold_vecs", vector_list(f.nr / f.vec / 2, f.vec));
   const bool pairs = bf16_pairs(s, f);
   const bool qint = quant_int_dot(s, f), qpairs = quant_pairs(s, f);
   ctx.set("bf16_dot", mu::data(pairs || qpairs));
   ctx.set("pairs", mu::data(pairs));
   ctx.set("row_streams", mu::data(row_streams(s, f)));
-  mu::data stream_rows{mu::data::type::list};  // the accumulators of an item of whole rows
-  for (int64_t i = 0; i < kRowStreamRows; ++i)
-    stream_rows.push_back(mu::object{{"i", std::to_string(i)}});
-  ctx.set("stream_rows", stream_rows);
-  mu::data wide_rows{mu::data::type::list};  // and of its passes 32 columns wide (two per row)
-  for (int64_t i = 0; i < kRowStreamWideRows; ++i)
-    wide_rows.push_back(mu::object{{"i", std::to_string(i)}});
-  ctx.set("wide_rows", wide_rows);
+  // The accumulators of an item of whole rows, and of its passes 32 columns wide (two a row).
+  ctx.set("stream_rows", index_list(kRowStreamRows));
+  ctx.set("wide_rows", index_list(kRowStreamWideRows));
   ctx.set("tiles", mu::data(tile_path(s, f)));
   // Quantized weights with bf16 activations on tiles.
   const bool tiles_q = quant_tile_path(s, f);
