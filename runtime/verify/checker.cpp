@@ -31,13 +31,14 @@ int64_t round_up(int64_t a, int64_t b) {
   return ceil_div(a, b) * b;
 }
 // A buffer of `count` elements of dtype d (codes for quantized dtypes, sub-byte ones packed),
-// 64-byte aligned.
+// starting `misalign` bytes past a 64-byte boundary.
 struct Buffer {
   DType dtype;
   std::vector<unsigned char> storage;
   size_t offset = 0;
-  Buffer(DType d, int64_t count) : dtype(d), storage(bytes(d, std::max<int64_t>(1, count)) + 64) {
-    offset = (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64) % 64;
+  Buffer(DType d, int64_t count, size_t misalign = 0)
+      : dtype(d), storage(bytes(d, std::max<int64_t>(1, count)) + 64 + misalign) {
+    offset = (64 - reinterpret_cast<uintptr_t>(storage.data()) % 64) % 64 + misalign;
   }
   Buffer(Buffer&&) = default;  // moves keep the storage (and its alignment); copies would not
   Buffer& operator=(Buffer&&) = default;
@@ -243,8 +244,8 @@ ScaleMap scale_map(const KernelSpec& s, bool is_lhs, int64_t m, int64_t pad) {
 // One input operand as the kernel reads it (its values or codes, and its scales) and the exact
 // value of every element for the reference.
 struct Operand {
-  Operand(DType d, const Layout& l)
-      : layout(l), data(d, l.count()), values(size_t(l.batch * l.rows * l.cols), 0.0) {}
+  Operand(DType d, const Layout& l, size_t misalign)
+      : layout(l), data(d, l.count(), misalign), values(size_t(l.batch * l.rows * l.cols), 0.0) {}
   Layout layout;
   Buffer data;
   std::vector<double> values;  // logical [batch, rows, cols]; NaN where a kernel must not read
@@ -291,8 +292,9 @@ std::vector<int32_t> local_group_of_rows(int64_t m, const std::vector<int32_t>& 
 // A float buffer laid out as `l`: NaN in the padding, element (b, r, c) = value(), which is also
 // stored into `logical` ([batch, rows, cols]).
 template <typename F>
-Buffer make_values(DType d, const Layout& l, std::vector<double>& logical, F value) {
-  Buffer buf(d, l.count());
+Buffer make_values(DType d, const Layout& l, size_t misalign, std::vector<double>& logical,
+                   F value) {
+  Buffer buf(d, l.count(), misalign);
   buf.poison(l.count());
   logical.assign(size_t(l.batch * l.rows * l.cols), 0.0);
   for (int64_t b = 0; b < l.batch; ++b)
@@ -319,13 +321,13 @@ struct Outputs {
       : layout(l),
         existing(spec.out_mode != OutMode::kPlain),
         in_place(c.in_place),
-        out(spec.out, l.count()),
-        separate(spec.out, l.count()) {
+        out(spec.out, l.count(), c.misalign),
+        separate(spec.out, l.count(), c.misalign) {
     out.poison(l.count());
     separate.poison(l.count());
     if (existing)
       (in_place ? out : separate) =
-          make_values(spec.out, l, existing_values, [&] { return value(spec.out); });
+          make_values(spec.out, l, c.misalign, existing_values, [&] { return value(spec.out); });
     before = out.storage;
   }
   void set_args(gmmgen_args& a) {
@@ -517,7 +519,7 @@ struct Check {
   Operand input(bool is_lhs, const Layout& l, bool token) {
     const DType d = is_lhs ? spec.lhs : spec.rhs;
     const Quant& q = is_lhs ? spec.lhs_quant : spec.rhs_quant;
-    Operand op(d, l);
+    Operand op(d, l, c.misalign);
     auto readable = [&](int64_t r) { return !token || row_group[size_t(r)] >= 0; };
     if (!codes::is_quantized(d)) {
       op.data.poison(l.count());
@@ -537,7 +539,7 @@ struct Check {
     if (op.scaled) {
       op.smap = scale_map(spec, is_lhs, c.m, is_lhs ? c.lhs_pad : c.rhs_pad);
       const Layout& sl = op.smap.layout;
-      op.scales = Buffer(DType::kF32, sl.count());
+      op.scales = Buffer(DType::kF32, sl.count(), c.misalign);
       op.scales.poison(sl.count());
       const size_t entries = size_t(sl.batch * sl.rows * sl.cols);
       op.scale_values.resize(entries);
@@ -778,11 +780,13 @@ std::vector<CheckCase> standard_cases(const KernelSpec& spec, uint64_t seed) {
         c.out_pad = index % 4 == 2 ? 5 : 0;
         c.reverse_items = index % 2 == 1;
         c.exact_inputs = index % 4 == 1;
+        c.misalign = size_t(16 * (index / 2 % 4));
         std::ostringstream label;
         label << "M=" << m << " sum=" << rows << " " << to_string(d) << " offset=" << off
               << (c.nan_expert ? (spec.op == Op::kTgmm ? " nan-row" : " nan-expert") : "")
               << (c.lhs_pad || c.rhs_pad || c.out_pad ? " strided" : "")
               << (c.exact_inputs ? " exact" : "")
+              << (c.misalign ? " " + std::to_string(c.misalign) + " bytes past a line" : "")
               << (spec.out_mode != OutMode::kPlain ? (c.in_place ? " in-place" : " separate") : "");
         c.label = label.str();
         cases.push_back(std::move(c));

@@ -48,6 +48,9 @@ struct CheckCase {
   int64_t rhs_pad = 0;
   int64_t out_pad = 0;         // out_ld = row length + out_pad (padding must stay untouched)
   bool reverse_items = false;  // run work items last to first, in uneven chunks
+  // Bytes past a 64-byte boundary where every operand, scale array and output starts (0, 16, 32
+  // or 48; numpy's and malloc's large arrays start 16 past one).
+  size_t misalign = 0;
   // Small-integer inputs: every f32 partial sum is exact, so each output must equal the
   // reference rounded once to the output dtype (nearest even), bit for bit. Quantized specs stay
   // exact: codes decode to integers in [-16, 16] and scales are powers of two in [1/4, 1], with
