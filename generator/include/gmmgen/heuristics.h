@@ -123,7 +123,7 @@ inline constexpr int64_t kPrefetchLastTiles = 8;
 // of at least kRowStreamSteps grid steps: each grid step of at most kRowStreamRows *
 // kRowStreamPasses rows is one work item over whole weight rows, in k-blocks kRowStreamDepth deep,
 // in passes of at most kRowStreamRows rows (one register accumulator per row), with the pass's
-// lhs pairs and (unless the output is f32, which holds them) the sums of all N columns in its
+// lhs pairs and (unless an f32 output holds them) the sums of all N columns, 16 floats more, in its
 // scratch (templates/cpp/gmm.cpp, run_row_streams). Where weight rows lie a multiple of 4 KiB
 // apart, passes of at most kRowStreamWideRows rows take 32 columns (a whole line of each weight
 // row, two accumulators per row) where the others take 16: such rows all fall in one L1 set, so

@@ -202,13 +202,13 @@ int64_t scratch_bytes(const KernelSpec& s, const IsaFamily& f) {
   } else {
     // The f32 accumulator [tm][tn'], the packed rhs block [tk'][tn'] (tk' even for bf16 pairs),
     // mr lhs rows converted to f32 [mr][tk], and where items of whole weight rows run their
-    // sums [kRowStreamRows * kRowStreamPasses][n'] and lhs pairs (a scratch of their own).
+    // sums [kRowStreamRows * kRowStreamPasses][n'] (and 16 more, to start them on a line) and lhs
+    // pairs (a scratch of their own).
     const int64_t cols = packed_cols(tn, f.nr);
+    const int64_t rows_scratch =
+        kRowStreamRows * (kRowStreamPasses * packed_cols(s.n, f.nr) + kRowStreamDepth / 2) + 16;
     floats =
-        tm * cols + (tk + 1) / 2 * 2 * cols + f.mr * tk +
-        (row_streams(s, f)
-             ? kRowStreamRows * (kRowStreamPasses * packed_cols(s.n, f.nr) + kRowStreamDepth / 2)
-             : 0);
+        tm * cols + (tk + 1) / 2 * 2 * cols + f.mr * tk + (row_streams(s, f) ? rows_scratch : 0);
   }
   // Quantized operands (templates/cpp/quant/): the partial product of the current scale block,
   // in f32 and in i32, beside the accumulators; gmm also stages one panel of decoded codes
