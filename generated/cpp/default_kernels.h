@@ -6,20 +6,20 @@
 #define GMMGEN_BUNDLE_default_kernels_H_
 
 #include "gmmgen/kernel_abi.h"
-#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_0525ca9b.h"
-#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_541091cc.h"
-#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_d9536c75.h"
-#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_eb319fbf.h"
-#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_1e7fd422.h"
-#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_88eed02a.h"
+#include "gmm_bf16xbf16_f32_k512_n768_g8_t64x256x64_f04da27d.h"
+#include "gmm_bf16xbf16_bf16_k768_n512_g8_t128x128x128_tr_245acf58.h"
+#include "gmm_f32xf32_f32_k256_n384_g16_t32x128x64_79431ae7.h"
+#include "gmm_f32xf32_f32_k384_n256_g16_t64x256x64_tr_f0cd95ad.h"
+#include "gmm_bf16xbf16_f32_k512_n768_g64l8_t64x256x64_562f73fb.h"
+#include "gmm_bf16xbf16_f32_k256_n256_g8_t64x128x64_acc_b38d5801.h"
 #include "tgmm_bf16xbf16_f32_k512_n768_g8_t64x128x64_d5f08c7d.h"
 #include "tgmm_bf16xbf16_f32_k768_n512_g8_t64x128x64_tr_km_acc_171f5447.h"
-#include "gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_9171d8bc.h"
+#include "gmm_f8e4m3xf8e4m3_bf16_k512_n768_g8_t256x128x64_qlblock128_qrblock128x128_b4967ad1.h"
 #include "tgmm_f8e4m3xf8e5m2_f32_k512_n768_g8_t256x96x128_qlblock128_qrblock128_f45c2560.h"
-#include "gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_ee4f99c8.h"
-#include "gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_1e850ebd.h"
-#include "gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_0c039179.h"
-#include "gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_6e28cbd5.h"
+#include "gmm_i8xi8_bf16_k512_n768_g8_t256x128x64_qlchannel_qrchannel_f970f4d7.h"
+#include "gmm_bf16xi4_bf16_k768_n512_g8_t256x128x64_qrblock128_tr_980c2188.h"
+#include "gmm_bf16xnf4_bf16_k512_n768_g8_t256x128x64_qrblock64_8db9fa7a.h"
+#include "gmm_bf16xt2_f32_k512_n768_g8_t256x128x64_qrchannel_0cc63c40.h"
 
 #ifdef __cplusplus
 extern "C" {
