@@ -40,13 +40,15 @@ struct IsaFamily {
   // tgmm reads f32 operands in place (rows lda apart) rather than copying each chunk of rows to
   // contiguous scratch: pays when the register tile has enough FMAs per depth step to hide a TLB
   // miss per row (AVX-512 6x64: S1 203 vs 189 GFLOP/s on Zen 4; AVX2 6x16 copies: S3 142 vs 104).
-  // The amx family (Sapphire Rapids and later) copies: S1 218 in place vs 270 copied, S3 193 vs
-  // 206, with its tgmm tiling (heuristic_tiling) on an AMX Xeon.
+  // The Intel families copy: amx (Sapphire Rapids and later) S1 218 in place vs 270 copied, S3
+  // 193 vs 206, with its tgmm tiling (heuristic_tiling) on an AMX Xeon; avx512 (what Skylake-SP
+  // to Ice Lake run) S1 f32 in place 1.35-1.42x the time of copying on an Ice Lake Xeon.
   bool tgmm_in_place;
   // tgmm prefetches the chunk of group rows it reads next into L2 while the current one computes
-  // (see templates/cpp/tgmm.cpp: Zen 5 S1 f32 0.85-0.88x -> 0.93-0.98x oneDNN). The amx family
-  // does not: on an AMX Xeon the micro-kernel stalled on those prefetches (14% of its samples),
-  // and S1-S4 tgmm f32 took 0.91-0.97x the time without them (g++ and clang++).
+  // (see templates/cpp/tgmm.cpp: Zen 5 S1 f32 0.85-0.88x -> 0.93-0.98x oneDNN). The Intel
+  // families do not: on an AMX Xeon the micro-kernel stalled on those prefetches (14% of its
+  // samples), and S1-S4 tgmm f32 took 0.91-0.97x the time without them (g++ and clang++); on an
+  // Ice Lake Xeon (avx512, copying) 0.93x at S1 f32, the same at S3/S4.
   bool tgmm_prefetch;
   // gmm items of more register tiles than this (large groups) prefetch no weights ahead
   // (panel_prefetch in templates/cpp/gmm.cpp); 0: every item does. On an AMX Xeon those

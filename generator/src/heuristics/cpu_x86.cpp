@@ -43,7 +43,7 @@ const std::array<IsaFamily, 5> kFamilies{{
      "cpp/ukernel/avx512bf16.inc", 16, 6, 64, true, true, true, true, 0, false,
      "cpp/quant/decode_avx512.inc"},
     {Isa::kAvx512, "avx512", "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c", kAvx512Guard,
-     "cpp/ukernel/avx512.inc", 16, 6, 64, false, false, true, true, 0, false,
+     "cpp/ukernel/avx512.inc", 16, 6, 64, false, false, false, false, 0, false,
      "cpp/quant/decode_avx512.inc"},
     {Isa::kAvx2, "avx2", "avx2,fma,f16c",
      "defined(__AVX2__) && defined(__FMA__) && defined(__F16C__)", "cpp/ukernel/avx2.inc", 8, 6, 16,
