@@ -166,6 +166,14 @@ TEST(Bench, ProductPathFollowsTheFamilysInstructions) {
       {"op=gmm,lhs=i8,rhs=i8,out=f32,lhs_quant=channel,rhs_quant=channel,k=64,n=64,g=2,tm=32,tk=64,"
        "tn=64",
        Isa::kAvx512, "f32-fma"},
+      // avx512vnni: VNNI's integer dot product, and no bf16 pairs.
+      {"op=gmm,lhs=i8,rhs=i8,out=f32,lhs_quant=channel,rhs_quant=channel,k=64,n=64,g=2,tm=32,tk=64,"
+       "tn=64",
+       Isa::kAvx512Vnni, "int-dot"},
+      {"op=gmm,lhs=bf16,rhs=bf16,out=f32,k=64,n=64,g=2,tm=32,tk=64,tn=64", Isa::kAvx512Vnni,
+       "f32-fma"},
+      {"op=gmm,lhs=bf16,rhs=i8,out=f32,rhs_quant=channel,k=64,n=64,g=2,tm=32,tk=64,tn=64",
+       Isa::kAvx512Vnni, "f32-fma"},
       {"op=gmm,lhs=bf16,rhs=i8,out=f32,rhs_quant=channel,k=64,n=64,g=2,tm=32,tk=64,tn=64",
        Isa::kAvx512Bf16, "bf16-dot"},
       // amx pairs codes only on its tiles (its vdpbf16ps is slower than its FMA): fp8 activations,

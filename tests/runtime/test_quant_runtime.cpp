@@ -515,8 +515,8 @@ std::string isa_name(const ::testing::TestParamInfo<Isa>& info) {
 
 INSTANTIATE_TEST_SUITE_P(Best, CompilerIndependence, ::testing::Values(Isa::kNative), isa_name);
 INSTANTIATE_TEST_SUITE_P(Families, CompilerIndependence,
-                         ::testing::Values(Isa::kAvx512Bf16, Isa::kAvx512, Isa::kAvx2,
-                                           Isa::kGeneric),
+                         ::testing::Values(Isa::kAvx512Bf16, Isa::kAvx512Vnni, Isa::kAvx512,
+                                           Isa::kAvx2, Isa::kGeneric),
                          isa_name);
 
 }  // namespace

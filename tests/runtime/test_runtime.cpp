@@ -26,6 +26,7 @@
 #include "smoke_kernels.h"
 #include "smoke_kernels_avx2.h"
 #include "smoke_kernels_avx512bf16.h"
+#include "smoke_kernels_avx512vnni.h"
 #include "smoke_kernels_generic.h"
 
 namespace gmmgen {
@@ -384,14 +385,16 @@ TEST_F(RuntimeTest, CompiledInFamiliesBestFirst) {
   Runtime rt(o);
   rt.register_kernels(smoke_kernels_generic_kernels, smoke_kernels_generic_kernel_count);
   rt.register_kernels(smoke_kernels_avx2_kernels, smoke_kernels_avx2_kernel_count);
+  rt.register_kernels(smoke_kernels_avx512vnni_kernels, smoke_kernels_avx512vnni_kernel_count);
   rt.register_kernels(smoke_kernels_avx512bf16_kernels, smoke_kernels_avx512bf16_kernel_count);
   const KernelSpec s = parse_text(smoke_kernels_generic_kernels[0].info()->spec);
   Problem p(50, s.k, s.n, s.g);
   KernelSpec problem = rt.gmm_spec(p.lhs_view(), p.rhs_view(), p.sizes, p.out_view());
   // The kernel the call gets: the best family this CPU runs among the registered ones.
-  const Isa want = host_supports(Isa::kAvx512Bf16) ? Isa::kAvx512Bf16
-                   : host_supports(Isa::kAvx2)     ? Isa::kAvx2
-                                                   : Isa::kGeneric;
+  const Isa want = host_supports(Isa::kAvx512Bf16)   ? Isa::kAvx512Bf16
+                   : host_supports(Isa::kAvx512Vnni) ? Isa::kAvx512Vnni
+                   : host_supports(Isa::kAvx2)       ? Isa::kAvx2
+                                                     : Isa::kGeneric;
   p.run(rt);
   p.expect_correct();
   EXPECT_EQ(1, rt.stats().registry_hits);

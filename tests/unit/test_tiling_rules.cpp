@@ -41,7 +41,8 @@ TEST(TilingRules, EveryRuleHoldsForSomeProblem) {
   for (const Op op : {Op::kGmm, Op::kTgmm})
     for (const auto& [lhs, rhs] : operands)
       for (const bool transposed : {false, true})
-        for (const Isa isa : {Isa::kAmx, Isa::kAvx512Bf16, Isa::kAvx512, Isa::kAvx2, Isa::kGeneric})
+        for (const Isa isa : {Isa::kAmx, Isa::kAvx512Bf16, Isa::kAvx512Vnni, Isa::kAvx512,
+                              Isa::kAvx2, Isa::kGeneric})
           for (const double rows : {0.0, 16.0, 512.0})
             for (const int64_t n : {8, 1408}) {
               KernelSpec s;
@@ -103,6 +104,10 @@ TEST(TilingRules, HeuristicNamesTheRulesItApplied) {
   EXPECT_EQ((Tiling{512, 256, 128}), heuristic_tiling(s, 16, Isa::kNative, &applied));
   EXPECT_EQ((std::vector<std::string_view>{"gmm-rows", "gmm-small", "gmm-int-nk-small"}), applied);
   s.rhs = DType::kI4;  // i4 weights too
+  applied.clear();
+  EXPECT_EQ((Tiling{512, 256, 128}), heuristic_tiling(s, 16, Isa::kNative, &applied));
+  EXPECT_EQ((std::vector<std::string_view>{"gmm-rows", "gmm-small", "gmm-int-nk-small"}), applied);
+  s.isa = Isa::kAvx512Vnni;  // the same vpdpbusd code
   applied.clear();
   EXPECT_EQ((Tiling{512, 256, 128}), heuristic_tiling(s, 16, Isa::kNative, &applied));
   EXPECT_EQ((std::vector<std::string_view>{"gmm-rows", "gmm-small", "gmm-int-nk-small"}), applied);

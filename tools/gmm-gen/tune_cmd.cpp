@@ -238,9 +238,10 @@ Command add_tune(CLI::App& app) {
   o->filter.add_to(*cmd);
   // --isa takes a list of families here: the spec's own --isa flag gives way to it.
   cmd->remove_option(cmd->get_option("--isa"));
-  cmd->add_option("--isa", o->isa,
-                  "ISA families to sweep, comma-separated (native, avx512bf16, avx512, avx2, "
-                  "generic; each one this CPU runs) [the spec's isa]");
+  cmd->add_option(
+      "--isa", o->isa,
+      "ISA families to sweep, comma-separated (native, avx512bf16, avx512vnni, avx512, avx2, "
+      "generic; each one this CPU runs) [the spec's isa]");
   cmd->add_option("--dist", o->dist,
                   "Group sizes: uniform | zipf | tiny | decode | sizes:a,b,... [uniform]");
   cmd->add_option("--m", o->m, "Rows M [4096]");

@@ -35,14 +35,15 @@ struct IsaFamily {
   int64_t mr, nr;            // register tile: mr rows x nr f32 columns of accumulators
   bool bf16_dot;             // has a bf16 x bf16 pair dot product (vdpbf16ps)
   // Sums integer x integer codes with an exact integer dot product into i32: vpdpbusd (VNNI,
-  // four u8 x s8 products per lane) on avx512bf16, vpmaddwd (two i16 x i16) on avx2.
+  // four u8 x s8 products per lane) on avx512vnni and avx512bf16 (and amx off its tiles),
+  // vpmaddwd (two i16 x i16) on avx2.
   bool int_dot;
   // tgmm reads f32 operands in place (rows lda apart) rather than copying each chunk of rows to
   // contiguous scratch: pays when the register tile has enough FMAs per depth step to hide a TLB
   // miss per row (AVX-512 6x64: S1 203 vs 189 GFLOP/s on Zen 4; AVX2 6x16 copies: S3 142 vs 104).
   // The Intel families copy: amx (Sapphire Rapids and later) S1 218 in place vs 270 copied, S3
-  // 193 vs 206, with its tgmm tiling (heuristic_tiling) on an AMX Xeon; avx512 (what Skylake-SP
-  // to Ice Lake run) S1 f32 in place 1.35-1.42x the time of copying on an Ice Lake Xeon.
+  // 193 vs 206, with its tgmm tiling (heuristic_tiling) on an AMX Xeon; avx512 and avx512vnni (what
+  // Skylake-SP to Ice Lake run) S1 f32 in place 1.35-1.42x the time of copying on an Ice Lake Xeon.
   bool tgmm_in_place;
   // tgmm prefetches the chunk of group rows it reads next into L2 while the current one computes
   // (see templates/cpp/tgmm.cpp: Zen 5 S1 f32 0.85-0.88x -> 0.93-0.98x oneDNN). The Intel
@@ -104,8 +105,9 @@ bool quant_tile_path(const KernelSpec& s, const IsaFamily& f);
 
 // The instruction that does a kernel's products on family f: f32 FMA (f32, f16 and fp8 operands
 // converted to f32, and bf16 where the family has no pair dot product), the bf16 pair dot product
-// (vdpbf16ps), the integer dot product (vpdpbusd on avx512bf16, vpmaddwd on avx2) or AMX tiles
-// (tdpbf16ps, or tdpbssd for integer operands). Its peak bounds the kernel's speed (gmm-gen bench).
+// (vdpbf16ps), the integer dot product (vpdpbusd on avx512vnni and avx512bf16, vpmaddwd on avx2)
+// or AMX tiles (tdpbf16ps, or tdpbssd for integer operands). Its peak bounds the kernel's speed
+// (gmm-gen bench).
 enum class ProductPath { kF32Fma, kBf16Dot, kIntDot, kTiles, kIntTiles };
 ProductPath product_path(const KernelSpec& s, const IsaFamily& f);
 // "f32-fma", "bf16-dot", "int-dot", "amx-tiles", "amx-int-tiles"

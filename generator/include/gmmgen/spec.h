@@ -41,7 +41,7 @@ static_assert(int(OutMode::kPlain) == GMMGEN_OUT_PLAIN &&
 enum class TargetKind { kCpp, kPallas };
 // ISA families of the C++ target (generator/src/heuristics/cpu_x86.cpp describes each);
 // native is the best family of the machine that compiles the kernel.
-enum class Isa { kNative, kAvx512Bf16, kAvx512, kAvx2, kGeneric, kAmx };
+enum class Isa { kNative, kAvx512Bf16, kAvx512, kAvx2, kGeneric, kAmx, kAvx512Vnni };
 // target=pallas only: the TPU generation a module is checked and tiled for (heuristics.h holds
 // each one's VMEM and MXU width); any: every one of them.
 enum class Tpu { kAny, kV4, kV5e, kV5p, kV6e };

@@ -27,7 +27,12 @@ constexpr std::string_view kAvx512Bf16Guard =
     "defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && "
     "defined(__AVX512VL__) && defined(__AVX512BF16__) && defined(__AVX512VNNI__) && "
     "defined(__FMA__) && defined(__F16C__)";
-const std::array<IsaFamily, 5> kFamilies{{
+// avx512vnni is avx512 plus VNNI's integer dot product (Cascade Lake and Ice Lake Xeons, the
+// AVX-512 servers without BF16): its f32 and bf16 code is avx512's, its integer codes avx512bf16's.
+constexpr std::string_view kAvx512VnniGuard =
+    "defined(__AVX512F__) && defined(__AVX512BW__) && defined(__AVX512DQ__) && "
+    "defined(__AVX512VL__) && defined(__AVX512VNNI__) && defined(__FMA__) && defined(__F16C__)";
+const std::array<IsaFamily, 6> kFamilies{{
     {Isa::kAmx, "amx",
      "avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx512vnni,avx2,fma,f16c,amx-tile,amx-bf16,"
      "amx-int8",
@@ -41,6 +46,9 @@ const std::array<IsaFamily, 5> kFamilies{{
     {Isa::kAvx512Bf16, "avx512bf16",
      "avx512f,avx512bw,avx512dq,avx512vl,avx512bf16,avx512vnni,avx2,fma,f16c", kAvx512Bf16Guard,
      "cpp/ukernel/avx512bf16.inc", 16, 6, 64, true, true, true, true, 0, false,
+     "cpp/quant/decode_avx512.inc"},
+    {Isa::kAvx512Vnni, "avx512vnni", "avx512f,avx512bw,avx512dq,avx512vl,avx512vnni,avx2,fma,f16c",
+     kAvx512VnniGuard, "cpp/ukernel/avx512vnni.inc", 16, 6, 64, false, true, false, false, 0, false,
      "cpp/quant/decode_avx512.inc"},
     {Isa::kAvx512, "avx512", "avx512f,avx512bw,avx512dq,avx512vl,avx2,fma,f16c", kAvx512Guard,
      "cpp/ukernel/avx512.inc", 16, 6, 64, false, false, false, false, 0, false,

@@ -97,6 +97,7 @@ std::span<const TilingRule> cpu_tiling_rules() {
 
   constexpr uint8_t kAmx = family_bit(Isa::kAmx);
   constexpr uint8_t kAvx512Bf16 = family_bit(Isa::kAvx512Bf16);
+  constexpr uint8_t kAvx512Vnni = family_bit(Isa::kAvx512Vnni);
   constexpr uint8_t kAvx512 = family_bit(Isa::kAvx512);
   constexpr uint8_t kAvx2 = family_bit(Isa::kAvx2);
   constexpr uint8_t kAnyFamily = 0xff;
@@ -106,8 +107,9 @@ std::span<const TilingRule> cpu_tiling_rules() {
   constexpr auto fit = [](int64_t bytes) { return RuleTile{kPackedWeightsFit, bytes}; };
   constexpr auto spread = [](int64_t most) { return RuleTile{kSpreadColumns, most}; };
   constexpr auto halves = [](int64_t most) { return RuleTile{kHalfColumns, most}; };
-  constexpr uint8_t avx512s = kAvx512Bf16 | kAvx512;
-  constexpr uint8_t int_dots = kAvx2 | kAvx512Bf16;  // integer dot products measured (not amx's)
+  constexpr uint8_t avx512s = kAvx512Bf16 | kAvx512Vnni | kAvx512;
+  constexpr uint8_t vnnis = kAvx512Bf16 | kAvx512Vnni;  // vpdpbusd without tiles
+  constexpr uint8_t int_dots = kAvx2 | vnnis;           // integer dot products measured (not amx's)
 
   // clang-format off
   static constexpr std::array kRules{
@@ -130,7 +132,7 @@ std::span<const TilingRule> cpu_tiling_rules() {
     TilingRule{"gmm-avx2-f32-kn-small",    Op::kGmm,   kAvx2,            kF32Rhs,          kKN,         kSmall,    kAnyWidth,  keep,      set(64),    keep},
     TilingRule{"gmm-bf16-pairs-small",     Op::kGmm,   kAvx512Bf16,      kBf16xBf16,       kKN,         kSmall,    kAnyWidth,  keep,      keep,       set(64)},
     TilingRule{"gmm-avx512-f32-nk-small",  Op::kGmm,   avx512s,          kF32Rhs,          kNK,         kSmall,    kAnyWidth,  keep,      set(512),   set(128)},
-    TilingRule{"gmm-int-nk-small",         Op::kGmm,   kAvx512Bf16,      kIntDot,          kNK,         kSmall,    kAnyWidth,  keep,      set(256),   set(128)},
+    TilingRule{"gmm-int-nk-small",         Op::kGmm,   vnnis,            kIntDot,          kNK,         kSmall,    kAnyWidth,  keep,      set(256),   set(128)},
     TilingRule{"gmm-amx-f32-kn-small",     Op::kGmm,   kAmx,             kF32Rhs,          kKN,         kSmall,    kAnyWidth,  keep,      set(32),    spread(2048)},
     TilingRule{"gmm-f32-quantized-small",  Op::kGmm,   kAmx | avx512s,   kF32xQuantized,   kAnyLayout,  kSmall,    kAnyWidth,  keep,      set(64),    halves(512)},
     TilingRule{"gmm-bf16-quantized-small", Op::kGmm,   kAvx512Bf16,      kBf16xQuantized,  kKN,         kSmall,    kAnyWidth,  keep,      set(256),   keep},

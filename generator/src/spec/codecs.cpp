@@ -38,9 +38,10 @@ std::span<const EnumName<TargetKind>> enum_names<TargetKind>() {
 }
 template <>
 std::span<const EnumName<Isa>> enum_names<Isa>() {
-  static constexpr std::array<EnumName<Isa>, 6> k{{{Isa::kNative, "native", ""},
+  static constexpr std::array<EnumName<Isa>, 7> k{{{Isa::kNative, "native", ""},
                                                    {Isa::kAmx, "amx", "amx"},
                                                    {Isa::kAvx512Bf16, "avx512bf16", "avx512bf16"},
+                                                   {Isa::kAvx512Vnni, "avx512vnni", "avx512vnni"},
                                                    {Isa::kAvx512, "avx512", "avx512"},
                                                    {Isa::kAvx2, "avx2", "avx2"},
                                                    {Isa::kGeneric, "generic", "generic"}}};

@@ -70,6 +70,8 @@ bool host_supports(Isa isa) {
       return avx2;
     case Isa::kAvx512:
       return avx2 && c.avx512;
+    case Isa::kAvx512Vnni:
+      return avx2 && c.avx512 && c.vnni;
     case Isa::kAvx512Bf16:
       return avx2 && c.avx512 && c.bf16 && c.vnni;
     case Isa::kAmx:
