@@ -244,9 +244,6 @@ int64_t scratch_bytes(const KernelSpec& s, const IsaFamily& f) {
         if (q.kind == QuantKind::kBlock) sb = std::min(sb, q.block_k);
       const int64_t folds = tk / std::max<int64_t>(sb, 1) + 2;  // the kernel's FOLDS_PER_TK
       floats += (tk + 1) / 2 * 2 * f.nr + f.mr + folds * packed_cols(tn, f.nr);
-      // The integer dot product's column corrections of each chunk of a k-block [folds][tn']
-      // (i32; 16 without), on a cache line.
-      floats += 15 + (quant_int_dot(s, f) ? folds * packed_cols(tn, f.nr) : 16);
       // On a family with tiles: 32 lhs rows of tk bf16 staged for them, and a 32 x 32 block of
       // P per scale block closing in a k-block, each on a cache line.
       if (f.tiles) floats += 16 * tk + 16 + folds * 32 * 32;
