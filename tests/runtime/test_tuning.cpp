@@ -220,15 +220,24 @@ TEST(Heuristic, FollowsRowsPerGroupAndStaysValid) {
   s1.isa = Isa::kAvx512Bf16, s1.transpose_rhs = false;  // no tiles: one register tile wide
   EXPECT_EQ((Tiling{512, 1024, 64}), heuristic_tiling(s1, 512));
   // bf16 x bf16 [K, N] weights in vdpbf16ps pairs, small groups: one register tile of columns;
-  // avx512 (no pair dot product), [N, K] weights and quantized weights keep 256 (quantized [K, N]
-  // ones with k-blocks of 256).
+  // [N, K] weights and quantized weights keep 256 (quantized [K, N] ones with k-blocks of 256).
   KernelSpec s3_bf16 = problem(4096, 512, 128);
   s3_bf16.lhs = s3_bf16.rhs = DType::kBF16;
   s3_bf16.isa = Isa::kAvx512Bf16;
   EXPECT_EQ((Tiling{512, 128, 64}), heuristic_tiling(s3_bf16, 16));
   EXPECT_EQ((Tiling{512, 1024, 64}), heuristic_tiling(s3_bf16, 100));
-  s3_bf16.isa = Isa::kAvx512;
-  EXPECT_EQ((Tiling{512, 128, 256}), heuristic_tiling(s3_bf16, 16));
+  // The AVX-512 families without a bf16 dot product (bf16 widened to f32): small groups' [K, N]
+  // weights in whole rows as on amx (up to 2048 columns while the n-tiles number at least 16), in
+  // k-blocks of 32 (f32 weights) or 64 (bf16); larger groups keep their choice.
+  KernelSpec s4_f32 = problem(2048, 2048, 32);
+  for (Isa isa : {Isa::kAvx512, Isa::kAvx512Vnni}) {
+    s3_bf16.isa = s3.isa = s4_f32.isa = isa;
+    EXPECT_EQ((Tiling{512, 64, 512}), heuristic_tiling(s3_bf16, 16));
+    EXPECT_EQ((Tiling{512, 1024, 64}), heuristic_tiling(s3_bf16, 100));
+    EXPECT_EQ((Tiling{512, 32, 512}), heuristic_tiling(s3, 16));
+    EXPECT_EQ((Tiling{512, 32, 2048}), heuristic_tiling(s4_f32, 16));
+    EXPECT_EQ((Tiling{512, 1024, 64}), heuristic_tiling(s4_f32, 64));
+  }
   s3_bf16.isa = Isa::kAvx512Bf16, s3_bf16.transpose_rhs = true;
   EXPECT_EQ((Tiling{512, 128, 256}), heuristic_tiling(s3_bf16, 16));
   s3_bf16.transpose_rhs = false, s3_bf16.rhs = DType::kI4;

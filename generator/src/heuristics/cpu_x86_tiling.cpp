@@ -110,6 +110,7 @@ std::span<const TilingRule> cpu_tiling_rules() {
   constexpr uint8_t avx512s = kAvx512Bf16 | kAvx512Vnni | kAvx512;
   constexpr uint8_t vnnis = kAvx512Bf16 | kAvx512Vnni;  // vpdpbusd without tiles
   constexpr uint8_t int_dots = kAvx2 | vnnis;           // integer dot products measured (not amx's)
+  constexpr uint8_t widens_bf16 = kAvx512Vnni | kAvx512;  // AVX-512 without a bf16 dot product
 
   // clang-format off
   static constexpr std::array kRules{
@@ -134,6 +135,8 @@ std::span<const TilingRule> cpu_tiling_rules() {
     TilingRule{"gmm-avx512-f32-nk-small",  Op::kGmm,   avx512s,          kF32Rhs,          kNK,         kSmall,    kAnyWidth,  keep,      set(512),   set(128)},
     TilingRule{"gmm-int-nk-small",         Op::kGmm,   vnnis,            kIntDot,          kNK,         kSmall,    kAnyWidth,  keep,      set(256),   set(128)},
     TilingRule{"gmm-amx-f32-kn-small",     Op::kGmm,   kAmx,             kF32Rhs,          kKN,         kSmall,    kAnyWidth,  keep,      set(32),    spread(2048)},
+    TilingRule{"gmm-avx512-f32-kn-small",  Op::kGmm,   widens_bf16,      kF32Rhs,          kKN,         kSmall,    kAnyWidth,  keep,      set(32),    spread(2048)},
+    TilingRule{"gmm-avx512-bf16-kn-small", Op::kGmm,   widens_bf16,      kBf16xBf16,       kKN,         kSmall,    kAnyWidth,  keep,      set(64),    spread(2048)},
     TilingRule{"gmm-f32-quantized-small",  Op::kGmm,   kAmx | avx512s,   kF32xQuantized,   kAnyLayout,  kSmall,    kAnyWidth,  keep,      set(64),    halves(512)},
     TilingRule{"gmm-bf16-quantized-small", Op::kGmm,   kAvx512Bf16,      kBf16xQuantized,  kKN,         kSmall,    kAnyWidth,  keep,      set(256),   keep},
     TilingRule{"gmm-amx-bf16-quantized",   Op::kGmm,   kAmx,             kBf16xQuantized,  kAnyLayout,  kAnyRows,  kAnyWidth,  keep,      set(256),   keep},
