@@ -16,6 +16,7 @@
 #include "gmmgen/heuristics.h"
 #include "gmmgen/naming.h"
 #include "gmmgen/quantize.hpp"
+#include "gmmgen/verify/distributions.h"
 #include "gmmgen/verify/numeric.h"
 
 namespace gmmgen::bench {
@@ -36,8 +37,8 @@ struct Buffer {
   void* data() { return mem.data(); }
   double get(int64_t i) const { return load_element(dtype, mem.data(), i); }
   void fill(std::mt19937_64& rng, int64_t count) {
-    std::uniform_real_distribution<double> u(-1.0, 1.0);
-    for (int64_t i = 0; i < count; ++i) store_element(dtype, data(), i, u(rng));
+    for (int64_t i = 0; i < count; ++i)
+      store_element(dtype, data(), i, uniform_real(rng, -1.0, 1.0));
   }
 };
 
@@ -86,13 +87,13 @@ struct Operand {
 
   // Random floats, uniform in [-1, 1); quantized operands hold their absmax codes and scales.
   void fill(std::mt19937_64& rng) {
-    std::uniform_real_distribution<double> u(-1.0, 1.0);
     if (!quantized()) {
-      for (int64_t i = 0; i < count(); ++i) store_element(dtype, mem.data(), i, u(rng));
+      for (int64_t i = 0; i < count(); ++i)
+        store_element(dtype, mem.data(), i, uniform_real(rng, -1.0, 1.0));
       return;
     }
     std::vector<float> x(static_cast<size_t>(count()));
-    for (float& v : x) v = float(u(rng));
+    for (float& v : x) v = float(uniform_real(rng, -1.0, 1.0));
     const QuantizeOptions o = options();
     if (whole()) {
       grid = scale_shape(scheme, axis, batch * rows, cols);
@@ -627,9 +628,8 @@ Row run(Runtime& rt, const KernelSpec& spec, const Workload& work, const Options
   GmmOptions fused;
   TensorView act_view, act_bf16_view, rhs_view, out_view;
   if (quantizes_activations) {
-    std::uniform_real_distribution<float> u(-1.0f, 1.0f);
     act.resize(size_t(M * K));
-    for (float& v : act) v = u(rng);
+    for (float& v : act) v = float(uniform_real(rng, -1.0, 1.0));
     act_bf16.resize(act.size());
     for (size_t i = 0; i < act.size(); ++i)
       store_element(DType::kBF16, act_bf16.data(), int64_t(i), act[i]);

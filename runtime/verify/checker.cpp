@@ -91,9 +91,8 @@ Layout make_layout(int64_t batch, int64_t rows, int64_t cols, bool transposed, i
 struct Values {
   std::mt19937_64& rng;
   bool exact;
-  std::uniform_real_distribution<double> real{-1.0, 1.0};
   double operator()(DType d) {
-    return round_to(d, exact ? double(int64_t(rng() % 33) - 16) : real(rng));
+    return round_to(d, exact ? double(int64_t(rng() % 33) - 16) : uniform_real(rng, -1.0, 1.0));
   }
 };
 
@@ -130,7 +129,7 @@ class CodeSource {
   uint8_t draw(std::mt19937_64& rng) const {
     if (extremes_now_and_then_ && rng() % 128 == 0) return extremes_[rng() % extremes_.size()];
     if (!by_value_ || rng() % 8 == 0) return pool_[rng() % pool_.size()];
-    const double t = std::uniform_real_distribution<double>(-range_, range_)(rng);
+    const double t = uniform_real(rng, -range_, range_);
     auto it = std::lower_bound(by_value_pool_.begin(), by_value_pool_.end(),
                                std::pair<double, uint8_t>(t, 0));
     if (it == by_value_pool_.end() ||
@@ -169,7 +168,7 @@ class CodeSource {
 // stay within about +-16 (as absmax scaling keeps them within +-amax).
 double random_scale(DType d, std::mt19937_64& rng, int exact_span) {
   if (exact_span >= 0) return std::ldexp(1.0, -int(rng() % uint64_t(exact_span + 1)));
-  const float u = float(std::uniform_real_distribution<double>(1.0, 2.0)(rng));
+  const float u = float(uniform_real(rng, 1.0, 2.0));
   const int e = int(rng() % 7) - 3 - int(std::ceil(std::log2(codes::qmax(d))));
   return std::ldexp(double(u), e);  // 24 significant bits, far inside f32's range: an f32 value
 }

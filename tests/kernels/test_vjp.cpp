@@ -9,6 +9,7 @@
 #include <random>
 
 #include "gmmgen/runtime.hpp"
+#include "gmmgen/verify/distributions.h"
 #include "gmmgen/verify/numeric.h"
 #include "gmmgen/verify/reference.h"
 #include "runtime_fixtures.h"
@@ -43,8 +44,7 @@ struct Tensor {
   Tensor(DType d, int64_t count) : dtype(d), values(count, 0.0), bytes(count * element_bytes(d)) {}
   static Tensor random(DType d, int64_t count, std::mt19937_64& rng) {
     Tensor t(d, count);
-    std::uniform_real_distribution<double> u(-1, 1);
-    for (int64_t i = 0; i < count; ++i) t.set(i, u(rng));
+    for (int64_t i = 0; i < count; ++i) t.set(i, uniform_real(rng, -1, 1));
     return t;
   }
   void set(int64_t i, double v) {

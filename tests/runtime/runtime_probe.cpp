@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gmmgen/runtime.hpp"
+#include "gmmgen/verify/distributions.h"
 #include "gmmgen/verify/reference.h"
 
 int main(int argc, char** argv) {
@@ -25,11 +26,10 @@ int main(int argc, char** argv) {
     for (int t = 0; t < threads; ++t) {
       pool.emplace_back([&, t] {
         std::mt19937_64 rng(t + 1);
-        std::uniform_real_distribution<float> u(-1, 1);
         const int64_t m = 40, K = spec.k, N = spec.n, G = spec.g;
         std::vector<float> lhs(m * K), rhs(G * K * N), out(m * N, -1.0f);
-        for (auto& v : lhs) v = u(rng);
-        for (auto& v : rhs) v = u(rng);
+        for (auto& v : lhs) v = float(gmmgen::uniform_real(rng, -1, 1));
+        for (auto& v : rhs) v = float(gmmgen::uniform_real(rng, -1, 1));
         std::vector<int32_t> sizes(G, int32_t(m / G));
         gmmgen::GmmOptions o;
         o.tiling = spec.tiling;

@@ -6,10 +6,12 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <functional>
 #include <limits>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <string>
@@ -19,6 +21,7 @@
 #include "gmmgen/codes.h"
 #include "gmmgen/quantize.hpp"
 #include "gmmgen/runtime_c.h"
+#include "gmmgen/verify/distributions.h"
 #include "quant/vector_runs.h"
 
 namespace gmmgen {
@@ -84,11 +87,13 @@ bool wins_tie(DType d, unsigned c, unsigned b, double v) {
   return std::fmod(qc, 2.0) == 0.0;  // integers and t2: the even value
 }
 
-// The produced codes of d and their values, in code order.
+// The produced codes of d and their values, in code order; `levels`: their distinct values in
+// increasing order, and `at_level[i]` the indices (in code order) of the codes of levels[i].
 struct CodeTable {
   std::vector<unsigned> codes;
   std::vector<double> values;
-  double lowest = 0, highest = 0;
+  std::vector<double> levels;
+  std::vector<std::vector<size_t>> at_level;
 };
 
 const CodeTable& code_table(DType d) {
@@ -100,25 +105,63 @@ const CodeTable& code_table(DType d) {
         t.codes.push_back(c);
         t.values.push_back(codes::decode(d, uint8_t(c)));
       }
-    t.lowest = *std::min_element(t.values.begin(), t.values.end());
-    t.highest = *std::max_element(t.values.begin(), t.values.end());
+    t.levels = t.values;
+    std::sort(t.levels.begin(), t.levels.end());
+    t.levels.erase(std::unique(t.levels.begin(), t.levels.end()), t.levels.end());
+    t.at_level.resize(t.levels.size());
+    for (size_t i = 0; i < t.values.size(); ++i) {
+      const auto level = std::lower_bound(t.levels.begin(), t.levels.end(), t.values[i]);
+      t.at_level[size_t(level - t.levels.begin())].push_back(i);
+    }
   }
   return t;
 }
 
-// The code of v by brute force: the nearest produced value, ties as above. Values beyond the
-// range saturate to its ends.
-uint8_t ref_code(DType d, double v) {
-  const CodeTable& t = code_table(d);
-  const double clamped = std::min(std::max(v, t.lowest), t.highest);
+// The nearest of the codes `candidates` (indices into t, in code order) to v clamped to the
+// range, ties as above.
+uint8_t nearest_code(DType d, const CodeTable& t, double v, const size_t* candidates,
+                     size_t count) {
+  const double clamped = std::min(std::max(v, t.levels.front()), t.levels.back());
   int best = -1;
   double best_dist = std::numeric_limits<double>::infinity();
-  for (size_t i = 0; i < t.codes.size(); ++i) {
+  for (size_t n = 0; n < count; ++n) {
+    const size_t i = candidates[n];
     const double dist = std::fabs(t.values[i] - clamped);
     if (dist < best_dist || (dist == best_dist && wins_tie(d, t.codes[i], unsigned(best), v)))
       best = int(t.codes[i]), best_dist = dist;
   }
   return uint8_t(best);
+}
+
+// The code of v by brute force: the nearest produced value, ties as above. Values beyond the
+// range saturate to its ends.
+uint8_t brute_force_code(DType d, double v) {
+  const CodeTable& t = code_table(d);
+  std::vector<size_t> all(t.codes.size());
+  std::iota(all.begin(), all.end(), size_t{0});
+  return nearest_code(d, t, v, all.data(), all.size());
+}
+
+// The same code, from the codes of the nearest levels at or above and below v (the only ones
+// that can be nearest): the reference of the tests on large inputs, which check it against
+// brute_force_code first.
+uint8_t ref_code(DType d, double v) {
+  const CodeTable& t = code_table(d);
+  const double clamped = std::min(std::max(v, t.levels.front()), t.levels.back());
+  size_t above = 0, end = t.levels.size();  // the first level >= clamped, by bisection
+  while (above < end) {
+    const size_t mid = (above + end) / 2;
+    if (t.levels[mid] < clamped)
+      above = mid + 1;
+    else
+      end = mid;
+  }
+  std::array<size_t, 4> near;  // at most two codes (+0 and -0) a level
+  size_t count = 0;
+  for (size_t level = above == 0 ? 0 : above - 1; level <= above; ++level)
+    for (const size_t i : t.at_level[level]) near.at(count++) = i;
+  std::sort(near.begin(), near.begin() + count);
+  return nearest_code(d, t, v, near.data(), count);
 }
 
 // The scale layout of docs/quantization.md / kernel_abi.h, from its formulas: scale (r, c) of
@@ -219,14 +262,14 @@ RefResult reference(const std::vector<float>& x, int64_t rows, int64_t cols, int
 // padding of x (ld > cols) holds NaN, which the quantizer must never read.
 std::vector<float> random_matrix(int64_t rows, int64_t cols, int64_t ld, uint64_t seed) {
   std::mt19937_64 rng(seed);
-  std::normal_distribution<float> n(0.0f, 1.0f);
   std::vector<float> row_mag(static_cast<size_t>(rows)), col_mag(static_cast<size_t>(cols));
   for (auto& m : row_mag) m = std::ldexp(1.0f, int(rng() % 7) - 3);
   for (auto& m : col_mag) m = std::ldexp(1.0f, int(rng() % 3) - 1);
   std::vector<float> x(size_t(rows * ld), std::nanf(""));
   for (int64_t r = 0; r < rows; ++r)
     for (int64_t c = 0; c < cols; ++c)
-      x[size_t(r * ld + c)] = rng() % 10 == 0 ? 0.0f : n(rng) * row_mag[r] * col_mag[c];
+      x[size_t(r * ld + c)] =
+          rng() % 10 == 0 ? 0.0f : float(normal(rng, 1.0)) * row_mag[r] * col_mag[c];
   return x;
 }
 
@@ -427,10 +470,12 @@ TEST(QuantizeCodes, EncodeMatchesBruteForceNearestEvenOverAllCodes) {
     }
     const double top = codes::qmax(d);
     values.insert(values.end(), {-0.0, top * 1.01, -top * 1.01, top * 1e6, -1e300, 1e-300});
-    std::uniform_real_distribution<double> u(-1.0, 1.0);
     for (int i = 0; i < 20000; ++i)
-      values.push_back(std::ldexp(u(rng), int(rng() % 40) - 20) * top);
-    for (double v : values) ASSERT_EQ(int(ref_code(d, v)), int(encode_code(d, v))) << "v=" << v;
+      values.push_back(std::ldexp(uniform_real(rng, -1.0, 1.0), int(rng() % 40) - 20) * top);
+    for (double v : values) {
+      ASSERT_EQ(int(brute_force_code(d, v)), int(encode_code(d, v))) << "v=" << v;
+      ASSERT_EQ(int(brute_force_code(d, v)), int(ref_code(d, v))) << "v=" << v;
+    }
   }
 }
 

@@ -18,6 +18,7 @@
 #include "gmmgen/runtime.hpp"
 #include "gmmgen/runtime_c.h"
 #include "gmmgen/runtime_config.h"
+#include "gmmgen/verify/distributions.h"
 #include "gmmgen/verify/reference.h"
 #include "jit/disk_cache.h"
 #include "jit/toolchain.h"
@@ -66,11 +67,10 @@ struct Problem {
   Problem(int64_t m_, int64_t k_, int64_t n_, int64_t g_, uint64_t seed = 1)
       : m(m_), k(k_), n(n_), g(g_) {
     std::mt19937_64 rng(seed);
-    std::uniform_real_distribution<float> u(-1, 1);
     lhs.resize(m * k);
     rhs.resize(g * k * n);
-    for (auto& v : lhs) v = u(rng);
-    for (auto& v : rhs) v = u(rng);
+    for (auto& v : lhs) v = float(uniform_real(rng, -1, 1));
+    for (auto& v : rhs) v = float(uniform_real(rng, -1, 1));
     out.assign(m * n, std::nanf(""));
     std::vector<int64_t> cuts{0, m - 3};
     for (int64_t i = 0; i + 1 < g; ++i) cuts.push_back(int64_t(rng() % uint64_t(m - 2)));
@@ -544,8 +544,7 @@ TEST_F(RuntimeTest, CApiTgmmAndVjpMatchTheCppApi) {
   Problem p(40, 24, 20, 4);
   std::vector<float> dout(p.m * p.n);
   std::mt19937_64 rng(4);
-  std::uniform_real_distribution<float> u(-1, 1);
-  for (auto& v : dout) v = u(rng);
+  for (auto& v : dout) v = float(uniform_real(rng, -1, 1));
   std::vector<float> dlhs_c(p.m * p.k), drhs_c(p.g * p.n * p.k), tg_c(p.g * p.k * p.n);
   std::vector<float> dlhs_cpp = dlhs_c, drhs_cpp = drhs_c, tg_cpp = tg_c;
 

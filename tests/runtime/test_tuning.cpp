@@ -16,6 +16,7 @@
 #include "gmmgen/platform.hpp"
 #include "gmmgen/runtime.hpp"
 #include "gmmgen/tuning/table.h"
+#include "gmmgen/verify/distributions.h"
 #include "gmmgen/verify/reference.h"
 #include "scratch.h"
 #include "tuning/tables.h"
@@ -633,11 +634,10 @@ struct TunedCall {
   std::vector<int32_t> sizes{20, 0, 38};  // 58 rows in groups: 19.3 rows per group
   TunedCall() {
     std::mt19937_64 rng(7);
-    std::uniform_real_distribution<float> u(-1, 1);
     lhs.resize(size_t(m * k));
     rhs.resize(size_t(g * k * n));
-    for (auto& v : lhs) v = u(rng);
-    for (auto& v : rhs) v = u(rng);
+    for (auto& v : lhs) v = float(uniform_real(rng, -1, 1));
+    for (auto& v : rhs) v = float(uniform_real(rng, -1, 1));
     out.assign(size_t(m * n), std::nanf(""));
   }
   TensorView l() { return TensorView::matrix(lhs.data(), DType::kF32, m, k); }

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <random>
 
+#include "gmmgen/verify/distributions.h"
 #include "gmmgen/verify/numeric.h"
 
 namespace gmmgen {
@@ -32,9 +33,8 @@ TEST(Numeric, RoundToF16RangeAndSubnormals) {
 
 TEST(Numeric, RoundToAndStoreF32MatchTheHardware) {
   std::mt19937_64 rng(3);
-  std::uniform_real_distribution<double> u(-4.0, 4.0);
   for (int i = 0; i < 100000; ++i) {
-    const double x = std::ldexp(u(rng), int(rng() % 200) - 100);
+    const double x = std::ldexp(uniform_real(rng, -4.0, 4.0), int(rng() % 200) - 100);
     EXPECT_EQ(double(float(x)), round_to(DType::kF32, x)) << x;
     float stored = 0;
     store_element(DType::kF32, &stored, 0, x);
@@ -54,9 +54,8 @@ TEST(Numeric, RoundToMatchesScaledNearbyint) {
       return std::fabs(r) > info.max_finite ? std::copysign(HUGE_VAL, x) : r;
     };
     std::mt19937_64 rng(11);
-    std::uniform_real_distribution<double> u(-2.0, 2.0);
     for (int i = 0; i < 200000; ++i) {
-      double x = std::ldexp(u(rng), int(rng() % 320) - 160);
+      double x = std::ldexp(uniform_real(rng, -2.0, 2.0), int(rng() % 320) - 160);
       if (i % 4 == 0) {  // a tie: halfway between two neighbours of the format
         const int e = std::max(std::ilogb(x), info.emin);
         x = std::ldexp(std::floor(std::ldexp(x, info.precision - 1 - e)) + 0.5,
