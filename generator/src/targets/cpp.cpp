@@ -141,6 +141,9 @@ mu::data family_context(const KernelSpec& s, const IsaFamily& f, size_t index, s
   const bool qint = quant_int_dot(s, f), qpairs = quant_pairs(s, f);
   ctx.set("bf16_dot", mu::data(pairs || qpairs));
   ctx.set("pairs", mu::data(pairs));
+  // bf16 [K, N] weights that the AVX-512 f32 micro-kernel can read in place, widening them.
+  ctx.set("widens_in_place", mu::data(s.rhs == DType::kBF16 && !s.transpose_rhs && !pairs &&
+                                      f.vec == 16 && !codes::any_quantized(s)));
   ctx.set("row_streams", mu::data(row_streams(s, f)));
   // The accumulators of an item of whole rows, and of its passes 32 columns wide (two a row).
   ctx.set("stream_rows", index_list(kRowStreamRows));
