@@ -148,14 +148,8 @@ uint8_t brute_force_code(DType d, double v) {
 uint8_t ref_code(DType d, double v) {
   const CodeTable& t = code_table(d);
   const double clamped = std::min(std::max(v, t.levels.front()), t.levels.back());
-  size_t above = 0, end = t.levels.size();  // the first level >= clamped, by bisection
-  while (above < end) {
-    const size_t mid = (above + end) / 2;
-    if (t.levels[mid] < clamped)
-      above = mid + 1;
-    else
-      end = mid;
-  }
+  const size_t above =  // the first level >= clamped
+      size_t(std::lower_bound(t.levels.begin(), t.levels.end(), clamped) - t.levels.begin());
   std::array<size_t, 4> near;  // at most two codes (+0 and -0) a level
   size_t count = 0;
   for (size_t level = above == 0 ? 0 : above - 1; level <= above; ++level)

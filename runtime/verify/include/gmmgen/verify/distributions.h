@@ -1,4 +1,5 @@
-// Random draws for checks and benchmarks: how the M rows split among G groups, and uniform values.
+// Random draws for checks and benchmarks: how the M rows split among G groups, and
+// uniform and normal values.
 #pragma once
 
 #include <cmath>
