@@ -358,9 +358,10 @@ struct Outputs {
   }
 };
 
-// Plans, then runs every item (last to first in uneven chunks when asked); "" or the error.
+// Plans, then runs every item (last to first in uneven chunks when asked; only the first with
+// first_only); "" or the error.
 std::string run_kernel(const gmmgen_kernel_entry& fns, const gmmgen_args& a, bool reverse,
-                       std::mt19937_64& rng) {
+                       std::mt19937_64& rng, bool first_only = false) {
   const int64_t ws_bytes = fns.workspace_bytes(a.m);
   std::unique_ptr<void, decltype(&std::free)> ws(
       std::aligned_alloc(GMMGEN_WORKSPACE_ALIGNMENT,
@@ -372,7 +373,9 @@ std::string run_kernel(const gmmgen_kernel_entry& fns, const gmmgen_args& a, boo
   if (int rc = fns.plan(&a, ws.get(), ws_bytes, &items, err, sizeof err); rc != GMMGEN_OK)
     return "plan failed (" + std::to_string(rc) + "): " + err;
   std::vector<std::pair<int64_t, int64_t>> chunks;
-  if (reverse) {  // items must be independent
+  if (first_only) {
+    chunks.emplace_back(0, std::min<int64_t>(items, 1));
+  } else if (reverse) {  // items must be independent
     for (int64_t end = items; end > 0;) {
       const int64_t begin = std::max<int64_t>(0, end - 1 - int64_t(rng() % 5));
       chunks.emplace_back(begin, end);
@@ -605,6 +608,24 @@ struct Check {
       a.rhs_scale_ld = rhs.smap.ld_arg();
     }
     outs.set_args(a);
+    if (c.other_values_first) {
+      // Rotated by a byte every value moves (codes stay codes): the kernel sees other operands
+      // at the same addresses.
+      const std::vector<unsigned char> l = lhs.data.storage, r = rhs.data.storage;
+      const std::vector<unsigned char> o = outs.out.storage, e = outs.separate.storage;
+      std::rotate(lhs.data.storage.begin(), lhs.data.storage.begin() + 1, lhs.data.storage.end());
+      std::rotate(rhs.data.storage.begin(), rhs.data.storage.begin() + 1, rhs.data.storage.end());
+      const std::string err = run_kernel(fns, a, false, rng, true);
+      // (Copied back in place: a holds their addresses.)
+      std::copy(l.begin(), l.end(), lhs.data.storage.begin());
+      std::copy(r.begin(), r.end(), rhs.data.storage.begin());
+      std::copy(o.begin(), o.end(), outs.out.storage.begin());
+      std::copy(e.begin(), e.end(), outs.separate.storage.begin());
+      if (!err.empty()) {
+        cmp.fail("kernel", "on other values first: " + err);
+        return false;
+      }
+    }
     if (const std::string err = run_kernel(fns, a, c.reverse_items, rng); !err.empty()) {
       cmp.fail("kernel", err);
       return false;

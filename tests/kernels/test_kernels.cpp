@@ -132,6 +132,23 @@ TEST_P(KernelTest, ResultsDoNotDependOnItemOrder) {
   }
 }
 
+// A kernel may keep work from one tile for the next within a run of items (tgmm: the A operand
+// converted once for the n-tiles of its k-tile), never from one run to the next: the buffers of
+// the next call may hold other values at the same addresses.
+TEST_P(KernelTest, NothingIsKeptFromAnEarlierRunOfItems) {
+  const auto& k = GetParam();
+  GMMGEN_SKIP_UNLESS_RUNNABLE(k);
+  std::mt19937_64 rng(11);
+  const int64_t tm = k.spec.tiling.tm;
+  CheckCase c;
+  c.label = "after a run on other values";
+  c.m = 3 * tm + 1;
+  c.group_sizes = make_group_sizes(Distribution::kRandom, int32_t(k.spec.g), 3 * tm - 1, rng);
+  c.other_values_first = true;
+  const CheckResult r = check_kernel(*k.fns, k.spec, c);
+  ASSERT_TRUE(r.ok) << r.failure;
+}
+
 TEST_P(KernelTest, InfoDescribesTheSpec) {
   const auto& k = GetParam();
   const gmmgen_kernel_info& info = *k.fns->info();

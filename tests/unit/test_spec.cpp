@@ -198,10 +198,29 @@ TEST(Spec, TgmmHeuristics) {
   EXPECT_EQ(96, s.tiling.tk);
   EXPECT_EQ(48, s.tiling.tn);  // clipped to N
   // The f32 output tile [tk][tn'] (tn' = tn in whole 16-column avx2 register tiles), a chunk of
-  // tm rows of lhs [tm][tk] and of rhs [tm][tn'], all f32.
+  // tm rows of lhs [tm][tk] and of rhs [tm][tn'], all f32, and a line saying which lhs rows it
+  // holds.
   EXPECT_EQ(48, packed_cols(48, 16));
   EXPECT_EQ(64, packed_cols(48, 64));
-  EXPECT_EQ((96 * 48 + 256 * 96 + 256 * 48) * 4, scratch_bytes(s));
+  EXPECT_EQ(256, tgmm_a_rows(s, isa_family(Isa::kAvx2)));
+  EXPECT_EQ((96 * 48 + 256 * 96 + 256 * 48 + 16) * 4, scratch_bytes(s));
+  // On the AVX-512 families that copy f32 operands, lhs holds as many rows as fit in
+  // kTgmmKeepABytes (all the rows of a tile of up to 682 rows at tk = 96); not on those that read
+  // them in place, nor with bf16 pairs or quantized operands.
+  const KernelSpec f32 =
+      parse_text("op=tgmm,lhs=f32,rhs=f32,out=f32,k=1024,n=1408,g=8,isa=avx512vnni");
+  EXPECT_EQ(96, f32.tiling.tk);
+  EXPECT_EQ(kTgmmKeepABytes / (4 * 96), tgmm_a_rows(f32, isa_family(Isa::kAvx512Vnni)));
+  EXPECT_EQ(682, tgmm_a_rows(f32, isa_family(Isa::kAvx512)));
+  EXPECT_EQ((96 * 128 + 682 * 96 + 256 * 128 + 16) * 4, scratch_bytes(f32));
+  EXPECT_EQ(256, tgmm_a_rows(f32, isa_family(Isa::kAvx512Bf16)));
+  const KernelSpec bf16 = parse_text("op=tgmm,k=1024,n=1408,g=8,isa=avx512bf16");
+  EXPECT_EQ(bf16.tiling.tm, tgmm_a_rows(bf16, isa_family(Isa::kAvx512Bf16)));
+  EXPECT_EQ(682, tgmm_a_rows(parse_text("op=tgmm,k=1024,n=1408,g=8,tk=96,isa=avx512vnni"),
+                             isa_family(Isa::kAvx512Vnni)));
+  const KernelSpec q = parse_text(
+      "op=tgmm,lhs=i8,rhs=i8,lhs_quant=channel,rhs_quant=channel,k=1024,n=1408,g=8,isa=avx512vnni");
+  EXPECT_EQ(q.tiling.tm, tgmm_a_rows(q, isa_family(Isa::kAvx512Vnni)));
   // isa=native bounds every family's.
   KernelSpec native = s;
   native.isa = Isa::kNative;

@@ -164,6 +164,17 @@ inline constexpr int64_t kMaxSlices = 32;
 // 48 KiB of output as on its products, hence 32.
 inline constexpr int64_t kTileWriteRows = 32;
 
+// tgmm on the AVX-512 families that copy f32 operands (tgmm_in_place false), without pairs and
+// unquantized: a tile's A operand (lhs columns k0.., or rhs's when out is [N, K]) is converted
+// for all the tile's rows at once where they fit in kTgmmKeepABytes, and the next tiles of the
+// thread's run that share it (the other n-tiles of its k-tile, in item order) skip the copy.
+// Ice Lake Xeon, 2 threads, bench --ab, time kept / copied per tile, g++ (clang++): S1 (groups of
+// 512 rows, 96 A columns: 192 KiB) f32 0.89-0.93x (0.93-0.96x), bf16 widened 0.95-0.99x
+// (0.93-0.95x); S2 0.96-1.00x (0.97x); S3/S4 (groups of ~16 rows) 0.97-1.02x.
+inline constexpr int64_t kTgmmKeepABytes = int64_t{256} << 10;
+// Rows of A a tgmm kernel's scratch holds: tm, or the rows that fit in kTgmmKeepABytes.
+int64_t tgmm_a_rows(const KernelSpec& s, const IsaFamily& f);
+
 // A tile's tn columns padded to whole register tiles of the family (nr columns).
 inline constexpr int64_t packed_cols(int64_t tn, int64_t nr) {
   return (tn + nr - 1) / nr * nr;

@@ -114,6 +114,14 @@ int64_t tile_scratch_bytes(const KernelSpec& s, const IsaFamily& f) {
   return k32 * cols * 2 + 32 * k32 * 2 + 16 * 16 * 4 + 32 * cols * 4;
 }
 
+int64_t tgmm_a_rows(const KernelSpec& s, const IsaFamily& f) {
+  const Tiling run = run_tiling(s);
+  const int64_t rows = s.transpose_rhs ? run.tn : run.tk;  // A's columns
+  const bool keeps = s.op == Op::kTgmm && f.vec == 16 && !f.tgmm_in_place && !bf16_pairs(s, f) &&
+                     !codes::any_quantized(s) && !tile_path(s, f);
+  return keeps ? std::max(run.tm, kTgmmKeepABytes / (4 * rows)) : run.tm;
+}
+
 bool tile_path(const KernelSpec& s, const IsaFamily& f) {
   if (!f.tiles || s.lhs != DType::kBF16 || s.rhs != DType::kBF16) return false;
   return s.op == Op::kTgmm || tile_scratch_bytes(s, f) <= kMaxTileScratchBytes;
@@ -205,8 +213,12 @@ int64_t scratch_bytes(const KernelSpec& s, const IsaFamily& f) {
     const int64_t rows = t ? tn : tk, cols = packed_cols(t ? tk : tn, f.nr);
     const bool pairs = bf16_pairs(s, f) || quant_pairs(s, f);
     const int64_t chunk = tiles ? (tm + 31) / 32 * 32 : (tm + 1) / 2 * 2;
+    // (Without pairs A holds tgmm_a_rows rows; unquantized, a line after the operands says
+    // which.)
+    const int64_t key = codes::any_quantized(s) ? 0 : 16;
     floats = (tiles ? packed_cols(rows, 32) : rows) * cols +
-             (pairs ? chunk / 2 * (packed_cols(rows, 32) + cols) : tm * rows + tm * cols);
+             (pairs ? chunk / 2 * (packed_cols(rows, 32) + cols)
+                    : tgmm_a_rows(s, f) * rows + tm * cols + key);
   } else {
     // The f32 accumulator [tm][tn'], the packed rhs block [tk'][tn'] (tk' even for bf16 pairs),
     // mr lhs rows converted to f32 [mr][tk], and where items of whole weight rows run their

@@ -159,6 +159,7 @@ mu::data family_context(const KernelSpec& s, const IsaFamily& f, size_t index, s
   ctx.set("scratch_bytes", std::to_string(scratch_bytes(s, f)));
   ctx.set("tgmm_in_place", f.tgmm_in_place ? "true" : "false");
   ctx.set("tgmm_prefetch", f.tgmm_prefetch ? "true" : "false");
+  ctx.set("tgmm_a_rows", std::to_string(tgmm_a_rows(s, f)));
   ctx.set("gmm_prefetch_max_tiles", std::to_string(f.gmm_prefetch_max_tiles));
   // isa=native: one family per branch of an #if chain on the compiler's flags, best first.
   if (count > 1) {

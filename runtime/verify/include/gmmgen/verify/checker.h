@@ -48,6 +48,10 @@ struct CheckCase {
   int64_t rhs_pad = 0;
   int64_t out_pad = 0;         // out_ld = row length + out_pad (padding must stay untouched)
   bool reverse_items = false;  // run work items last to first, in uneven chunks
+  // Before the checked run, run the first work item on other values in the same buffers (lhs and
+  // rhs each rotated by one byte; the outputs restored after): nothing a kernel keeps from one run
+  // of items may reach the next.
+  bool other_values_first = false;
   // Bytes past a 64-byte boundary where every operand, scale array and output starts (0, 16, 32
   // or 48; numpy's and malloc's large arrays start 16 past one).
   size_t misalign = 0;
