@@ -216,6 +216,7 @@ TEST(Spec, TgmmHeuristics) {
   EXPECT_EQ(256, tgmm_a_rows(f32, isa_family(Isa::kAvx512Bf16)));
   const KernelSpec bf16 = parse_text("op=tgmm,k=1024,n=1408,g=8,isa=avx512bf16");
   EXPECT_EQ(bf16.tiling.tm, tgmm_a_rows(bf16, isa_family(Isa::kAvx512Bf16)));
+  // bf16 x bf16 without a pair dot product (avx512vnni widens it to f32) keeps A as f32 does.
   EXPECT_EQ(682, tgmm_a_rows(parse_text("op=tgmm,k=1024,n=1408,g=8,tk=96,isa=avx512vnni"),
                              isa_family(Isa::kAvx512Vnni)));
   const KernelSpec q = parse_text(
