@@ -471,6 +471,7 @@ nlohmann::ordered_json Row::to_json() const {
   j["tiling"] = {{"tm", tiling.tm}, {"tk", tiling.tk}, {"tn", tiling.tn}};
   if (!tiling_source.empty()) j["tiling_source"] = tiling_source;
   j["m"] = m, j["k"] = k, j["n"] = n, j["g"] = g;
+  j["group_sizes"] = group_sizes;
   j["ms"] = speed(ms);
   j["gflops"] = speed(gflops);
   j["baseline"] = baseline;
@@ -551,6 +552,7 @@ Row run(Runtime& rt, const KernelSpec& spec, const Workload& work, const Options
   row.lhs_quant = to_string(spec.lhs_quant), row.rhs_quant = to_string(spec.rhs_quant);
   row.quantized = is_quantized(spec);
   row.m = work.m, row.k = spec.k, row.n = spec.n, row.g = spec.g;
+  row.group_sizes = work.group_sizes;
   int64_t rows = 0;
   for (int32_t v : work.group_sizes) rows += v;
   row.flops = 2.0 * double(rows) * double(spec.k) * double(spec.n);

@@ -78,6 +78,9 @@ TEST(Bench, CorrectKernelReportsSpeedAndAgreesWithEveryBaseline) {
                             "baseline_gflops", "ratio", "peak_gflops", "peak_fraction"})
       EXPECT_TRUE(j.contains(key)) << key;
     EXPECT_TRUE(j["gflops"].is_number());
+    // The group sizes of the call (a zipf draw summing to 53 of m = 61), so that another program
+    // can make the same call.
+    EXPECT_EQ(j["group_sizes"].get<std::vector<int32_t>>(), c.work.group_sizes);
     // Float rows keep the JSON they had: no quantization fields.
     EXPECT_FALSE(row.quantized);
     for (const char* key : {"lhs_quant", "rhs_quant", "baseline_dtype", "vs_float"})

@@ -162,7 +162,8 @@ struct Row {
   std::string lhs_quant, rhs_quant;  // scale schemes ("none" for float operands)
   bool quantized = false;            // an operand holds codes (docs/quantization.md)
   int64_t m = 0, k = 0, n = 0, g = 0;
-  double flops = 0;  // 2 * rows in groups * K * N
+  std::vector<int32_t> group_sizes;  // the call's (whose sum is at most m)
+  double flops = 0;                  // 2 * rows in groups * K * N
   double ms = 0, gflops = 0;
   std::string baseline;
   // The dtype the baseline's operands have: the spec's for float rows; for quantized rows the
