@@ -28,16 +28,15 @@ quant=${3:-i8@block:32/i4@block:32,i8@block:32/i8@block:32}
 here=$(cd "$(dirname "$0")" && pwd)
 llama_cpp_python=0.3.36  # vendors ggml 0.25.3
 llama_cpp_python_sha256=832db0699007f1be95a7e41ef12e88926b02ba836461e36a36372db2760c1a2e
-python=python3
 
-work=$(mktemp -d "${TMPDIR:-/tmp}/gmmgen-llama.XXXXXX")
+work=$(mktemp -d)  # under $TMPDIR where set
 trap 'rm -rf "$work"' EXIT
 
 src=${LLAMA_CPP_DIR:-}
 if [ -z "$src" ]; then
   echo "== fetching llama-cpp-python $llama_cpp_python (llama.cpp's sources) from PyPI"
   # Straight from the index: `pip download` of an sdist would build its build backend first.
-  "$python" - "$llama_cpp_python" "$llama_cpp_python_sha256" "$work/sdist.tar.gz" <<'EOF'
+  python3 - "$llama_cpp_python" "$llama_cpp_python_sha256" "$work/sdist.tar.gz" <<'EOF'
 import hashlib, re, sys, urllib.request
 version, sha256, path = sys.argv[1:]
 index = urllib.request.urlopen("https://pypi.org/simple/llama-cpp-python/", timeout=60).read()
@@ -66,9 +65,9 @@ c++ -O2 -std=c++17 -I"$src/ggml/include" "$here/mul_mat_id.cpp" "$work/ggml/src/
 for round in $(seq "$rounds"); do
   echo "== round $round: gmm-gen bench --shapes all --quant $quant"
   "$gmm_gen" bench --shapes all --quant "$quant" --baseline none --reps 5 \
-    --json "$work/bench.json" >"$work/bench.txt"
+    --json "$work/bench.json" >"$work/bench.txt" || { cat "$work/bench.txt"; exit 1; }
   # One line per row: shape k n e2e_ms dtypes rhs sizes.
-  "$python" - "$work/bench.json" >"$work/rows.txt" <<'EOF'
+  python3 - "$work/bench.json" >"$work/rows.txt" <<'EOF'
 import json, sys
 for r in json.load(open(sys.argv[1]))["rows"]:
     if r.get("end_to_end_ms"):
@@ -113,7 +112,7 @@ if [ ! -s "$work/ratios.txt" ]; then
   exit 1
 fi
 echo "== median ratio (llama.cpp's time over gmm-gen's) over $rounds rounds"
-"$python" - "$work/ratios.txt" <<'EOF'
+python3 - "$work/ratios.txt" <<'EOF'
 import statistics, sys
 rows = {}
 for line in open(sys.argv[1]):
