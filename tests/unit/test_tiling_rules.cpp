@@ -92,14 +92,21 @@ TEST(TilingRules, HeuristicNamesTheRulesItApplied) {
       "isa=avx2");
   EXPECT_EQ((Tiling{512, 256, 128}), heuristic_tiling(s, 512, Isa::kNative, &applied));
   EXPECT_EQ((std::vector<std::string_view>{"gmm-rows", "gmm-int-large"}), applied);
-  s.isa = Isa::kAvx512Bf16;  // vpdpbusd
+  s.isa = Isa::kAvx512Bf16;  // vpdpbusd, k-blocks of all of K up to 1024
+  applied.clear();
+  EXPECT_EQ((Tiling{512, 1024, 128}), heuristic_tiling(s, 512, Isa::kNative, &applied));
+  EXPECT_EQ((std::vector<std::string_view>{"gmm-rows", "gmm-int-large", "gmm-avx512bf16-int-deep"}),
+            applied);
+  s.transpose_rhs = true;  // [N, K] weights: the same rules
+  applied.clear();
+  EXPECT_EQ((Tiling{512, 1024, 128}), heuristic_tiling(s, 512, Isa::kNative, &applied));
+  EXPECT_EQ((std::vector<std::string_view>{"gmm-rows", "gmm-int-large", "gmm-avx512bf16-int-deep"}),
+            applied);
+  s.isa = Isa::kAvx512Vnni;  // the same vpdpbusd code, not measured deeper
   applied.clear();
   EXPECT_EQ((Tiling{512, 256, 128}), heuristic_tiling(s, 512, Isa::kNative, &applied));
   EXPECT_EQ((std::vector<std::string_view>{"gmm-rows", "gmm-int-large"}), applied);
-  s.transpose_rhs = true;  // [N, K] weights: the same rule
-  applied.clear();
-  EXPECT_EQ((Tiling{512, 256, 128}), heuristic_tiling(s, 512, Isa::kNative, &applied));
-  EXPECT_EQ((std::vector<std::string_view>{"gmm-rows", "gmm-int-large"}), applied);
+  s.isa = Isa::kAvx512Bf16;
   applied.clear();  // small groups: narrower items than other small groups', deeper k-blocks
   EXPECT_EQ((Tiling{512, 256, 128}), heuristic_tiling(s, 16, Isa::kNative, &applied));
   EXPECT_EQ((std::vector<std::string_view>{"gmm-rows", "gmm-small", "gmm-int-nk-small"}), applied);

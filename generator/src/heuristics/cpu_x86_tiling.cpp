@@ -126,6 +126,7 @@ std::span<const TilingRule> cpu_tiling_rules() {
     TilingRule{"gmm-vector-float-large",   Op::kGmm,   avx512s | kAvx2,  kFloat,           kAnyLayout,  kLarge,    kAnyWidth,  keep,      set(1024),  keep},
     TilingRule{"gmm-amx-bf16-large",       Op::kGmm,   kAmx,             kBf16xBf16,       kKN,         kLarge,    kAnyWidth,  keep,      keep,       fit(1 << 20)},
     TilingRule{"gmm-int-large",            Op::kGmm,   int_dots,         kIntDot,          kAnyLayout,  kLarge,    kAnyWidth,  keep,      set(256),   set(128)},
+    TilingRule{"gmm-avx512bf16-int-deep",  Op::kGmm,   kAvx512Bf16,      kIntDot,          kAnyLayout,  kLarge,    kAnyWidth,  keep,      set(1024),  keep},
     TilingRule{"gmm-amx-int-large",        Op::kGmm,   kAmx,             kIntDot,          kKN,         kLarge,    kAnyWidth,  keep,      keep,       set(128)},
     TilingRule{"gmm-amx-int-whole-k",      Op::kGmm,   kAmx,             kIntDotWholeK,    kKN,         kLarge,    kAnyWidth,  keep,      set(1024),  keep},
     TilingRule{"gmm-small",                Op::kGmm,   kAnyFamily,       kAnyOperands,     kAnyLayout,  kSmall,    kAnyWidth,  keep,      keep,       set(256)},
