@@ -519,8 +519,16 @@ std::string dtypes_label(const std::string& lhs, const std::string& lhs_quant,
   return side(lhs, lhs_quant) + "x" + side(rhs, rhs_quant) + "->" + out;
 }
 
-void set_roofline(Row& r, double bandwidth_gbs) {
-  if (r.path_peak_gflops > 0) r.path_fraction = r.gflops / r.path_peak_gflops;
+void set_machine_figures(Row& r, const Machine& machine, const std::string& key) {
+  const double bandwidth_gbs = machine.bandwidth_gbs;
+  r.peak_gflops = machine.peak_gflops;
+  r.peak_fraction = r.peak_gflops > 0 ? r.gflops / r.peak_gflops : 0;
+  r.path_peak_gflops = machine.path_peak(key);
+  r.path_fraction = r.path_peak_gflops > 0 ? r.gflops / r.path_peak_gflops : 0;
+  r.quantize_bandwidth_fraction =
+      bandwidth_gbs > 0 && r.quantize_gbs > 0 ? r.quantize_gbs / bandwidth_gbs : 0;
+  r.roofline_ms = r.roofline_fraction = 0;
+  r.bound.clear();
   if (r.path_peak_gflops <= 0 || bandwidth_gbs <= 0 || r.ms <= 0) return;
   const double compute_ms = r.flops / (r.path_peak_gflops * 1e6);
   const double memory_ms = r.bytes / (bandwidth_gbs * 1e6);
@@ -681,8 +689,6 @@ Row run(Runtime& rt, const KernelSpec& spec, const Workload& work, const Options
   const std::vector<double> ms = median_ms(contenders, o.reps);
   row.ms = ms[0];
   row.gflops = row.flops / (row.ms * 1e6);
-  row.peak_fraction = row.peak_gflops > 0 ? row.gflops / row.peak_gflops : 0;
-  set_roofline(row, machine.bandwidth_gbs);
   if (float_kernel) {
     row.float_gflops = row.flops / (ms[float_at] * 1e6);
     row.vs_float = row.gflops / row.float_gflops;
@@ -695,14 +701,13 @@ Row run(Runtime& rt, const KernelSpec& spec, const Workload& work, const Options
   if (quantizes_activations) {
     row.quantize_ms = ms[quantize_at];
     row.quantize_gbs = double(M * K) * 4 / (row.quantize_ms * 1e6);
-    if (machine.bandwidth_gbs > 0)
-      row.quantize_bandwidth_fraction = row.quantize_gbs / machine.bandwidth_gbs;
     row.end_to_end_ms = ms[quantize_at + 1];
     row.end_to_end_bf16_ms = ms[quantize_at + 2];
     row.end_to_end_gflops = row.flops / (row.end_to_end_ms * 1e6);
     if (base) row.end_to_end_ratio = row.baseline_ms / row.end_to_end_ms;
     if (float_kernel) row.end_to_end_vs_float = row.end_to_end_gflops / row.float_gflops;
   }
+  set_machine_figures(row, machine, path_key(spec));
 
   // The float64 reference on a sample of the output. Logical accessors: lhs (r, k), rhs (g, k, n)
   // for gmm and (r, n) for tgmm.

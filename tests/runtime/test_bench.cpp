@@ -130,6 +130,45 @@ TEST(Bench, RooflineIsTheLargerOfComputeAndMemoryTime) {
     EXPECT_TRUE(j[key].is_null()) << key;
 }
 
+// bench measures the f32 peak and the bandwidth again after its rows and, where either rose,
+// sets every row's shares of the machine's figures again: they follow the figures they are given.
+TEST(Bench, RowsTakeTheMachinesFiguresAgain) {
+  BenchCase c;
+  Runtime rt(c.opts);
+  rt.register_kernels(smoke_kernels_kernels, 1);
+  bench::Options o;
+  o.reps = 3, o.threads = 2, o.baseline = bench::BaselineKind::kNone;
+  const std::string key = bench::path_key(c.spec);
+  c.machine.peak_gflops = 10;
+  c.machine.path_peak_gflops = {{key, 1.0}};
+  c.machine.bandwidth_gbs = 1000;
+  bench::Row row = bench::run(rt, c.spec, c.work, o, c.machine);
+  ASSERT_TRUE(row.ok) << row.failure;
+  EXPECT_EQ(row.bound, "compute");
+  EXPECT_NEAR(row.peak_fraction, row.gflops / 10, 1e-12);
+  row.quantize_gbs = 2;  // as a row with a quantizer has
+  c.machine.peak_gflops = 20;
+  c.machine.path_peak_gflops = {{key, 1e6}};
+  c.machine.bandwidth_gbs = 0.001;
+  bench::set_machine_figures(row, c.machine, key);
+  EXPECT_DOUBLE_EQ(row.peak_gflops, 20);
+  EXPECT_NEAR(row.peak_fraction, row.gflops / 20, 1e-12);
+  EXPECT_DOUBLE_EQ(row.path_peak_gflops, 1e6);
+  EXPECT_NEAR(row.path_fraction, row.gflops / 1e6, 1e-12);
+  EXPECT_DOUBLE_EQ(row.roofline_ms, row.bytes / (0.001 * 1e6));
+  EXPECT_NEAR(row.roofline_fraction, row.roofline_ms / row.ms, 1e-12);
+  EXPECT_EQ(row.bound, "memory");
+  EXPECT_DOUBLE_EQ(row.quantize_bandwidth_fraction, 2 / 0.001);
+  c.machine.path_peak_gflops.clear();
+  c.machine.peak_gflops = 0;  // no peak for the row's path (the host family's f32 FMA) any more
+  bench::set_machine_figures(row, c.machine, key);
+  EXPECT_EQ(row.path_peak_gflops, 0);
+  EXPECT_EQ(row.path_fraction, 0);
+  EXPECT_EQ(row.roofline_fraction, 0);
+  EXPECT_EQ(row.bound, "");
+  EXPECT_DOUBLE_EQ(row.quantize_bandwidth_fraction, 2 / 0.001);
+}
+
 // The product path of each kind of kernel on each family: the instruction its products run on.
 TEST(Bench, ProductPathFollowsTheFamilysInstructions) {
   const struct {

@@ -203,9 +203,12 @@ std::string dtypes_label(const std::string& lhs, const std::string& lhs_quant,
                          const std::string& rhs, const std::string& rhs_quant,
                          const std::string& out);
 
-// Sets a timed row's fraction of its path's peak and its roofline, max(flops / path peak,
-// bytes / bandwidth) against the measured time, and bound, where both figures are known.
-void set_roofline(Row& r, double bandwidth_gbs);
+// Sets a timed row's shares of the machine's measured figures, each where it is known: of the f32
+// FMA peak; of its path's peak (machine.path_peak(key), key: path_key of its spec); of its
+// roofline, max(flops / path peak, bytes / bandwidth) against the measured time, and which term
+// bounds it; and its quantizer's GB/s over the bandwidth. run() sets them; bench sets them again
+// where the figures measured after the rows were higher.
+void set_machine_figures(Row& r, const Machine& machine, const std::string& key);
 
 // Runs one spec on one workload: the kernel (through the runtime, compiled or cached) and the
 // baseline, each warmed up, then timed `reps` times; both outputs are checked against a float64
