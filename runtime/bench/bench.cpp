@@ -564,9 +564,7 @@ Row run(Runtime& rt, const KernelSpec& spec, const Workload& work, const Options
   int64_t rows = 0;
   for (int32_t v : work.group_sizes) rows += v;
   row.flops = 2.0 * double(rows) * double(spec.k) * double(spec.n);
-  row.peak_gflops = machine.peak_gflops;
   row.path = std::string(to_string(product_path(spec, run_family(spec))));
-  row.path_peak_gflops = machine.path_peak(path_key(spec));
   row.bytes = double(cost_estimate(spec).bytes.at(work.m));
 
   const bool tgmm = spec.op == Op::kTgmm;
