@@ -52,17 +52,21 @@ struct BenchCase {
     machine.threads = 2;
     machine.peak_gflops = 100;
   }
+  // One row of that kernel on a runtime of the test set: 3 timed runs on 2 threads.
+  bench::Row run(bench::BaselineKind baseline = bench::BaselineKind::kNone) const {
+    Runtime rt(opts);
+    rt.register_kernels(smoke_kernels_kernels, 1);
+    bench::Options o;
+    o.reps = 3, o.threads = 2, o.baseline = baseline;
+    return bench::run(rt, spec, work, o, machine);
+  }
 };
 
 TEST(Bench, CorrectKernelReportsSpeedAndAgreesWithEveryBaseline) {
   BenchCase c;
   for (auto kind :
        {bench::BaselineKind::kNone, bench::BaselineKind::kOneDnn, bench::BaselineKind::kOpenBlas}) {
-    Runtime rt(c.opts);
-    rt.register_kernels(smoke_kernels_kernels, 1);
-    bench::Options o;
-    o.reps = 3, o.threads = 2, o.baseline = kind;
-    const bench::Row row = bench::run(rt, c.spec, c.work, o, c.machine);
+    const bench::Row row = c.run(kind);
     SCOPED_TRACE(bench::to_string(kind));
     EXPECT_TRUE(row.ok) << row.failure;
     EXPECT_GT(row.gflops, 0);
@@ -93,10 +97,6 @@ TEST(Bench, CorrectKernelReportsSpeedAndAgreesWithEveryBaseline) {
 // measured path peak it reports neither.
 TEST(Bench, RooflineIsTheLargerOfComputeAndMemoryTime) {
   BenchCase c;
-  Runtime rt(c.opts);
-  rt.register_kernels(smoke_kernels_kernels, 1);
-  bench::Options o;
-  o.reps = 3, o.threads = 2, o.baseline = bench::BaselineKind::kNone;
   const double bytes = double(cost_estimate(c.spec).bytes.at(c.work.m));
   EXPECT_DOUBLE_EQ(bytes, 61.0 * (37 + 29) * 4 + 5.0 * 37 * 29 * 4);
   // (path peak GFLOP/s, bandwidth GB/s, the bound they make): 113,738 flops over 37,564 bytes.
@@ -104,7 +104,7 @@ TEST(Bench, RooflineIsTheLargerOfComputeAndMemoryTime) {
        {std::tuple{1.0, 1000.0, "compute"}, std::tuple{1e6, 0.001, "memory"}}) {
     c.machine.path_peak_gflops = {{bench::path_key(c.spec), peak}};
     c.machine.bandwidth_gbs = bandwidth;
-    const bench::Row row = bench::run(rt, c.spec, c.work, o, c.machine);
+    const bench::Row row = c.run();
     ASSERT_TRUE(row.ok) << row.failure;
     EXPECT_EQ(row.path, "f32-fma");
     EXPECT_DOUBLE_EQ(row.bytes, bytes);
@@ -121,7 +121,7 @@ TEST(Bench, RooflineIsTheLargerOfComputeAndMemoryTime) {
   }
   c.machine.path_peak_gflops.clear();
   c.machine.peak_gflops = 0;  // nor the f32 FMA peak of the host family, which is this path
-  const bench::Row row = bench::run(rt, c.spec, c.work, o, c.machine);
+  const bench::Row row = c.run();
   EXPECT_EQ(row.path_peak_gflops, 0);
   EXPECT_EQ(row.bound, "");
   const auto j = row.to_json();
@@ -134,15 +134,11 @@ TEST(Bench, RooflineIsTheLargerOfComputeAndMemoryTime) {
 // sets every row's shares of the machine's figures again: they follow the figures they are given.
 TEST(Bench, RowsTakeTheMachinesFiguresAgain) {
   BenchCase c;
-  Runtime rt(c.opts);
-  rt.register_kernels(smoke_kernels_kernels, 1);
-  bench::Options o;
-  o.reps = 3, o.threads = 2, o.baseline = bench::BaselineKind::kNone;
   const std::string key = bench::path_key(c.spec);
   c.machine.peak_gflops = 10;
   c.machine.path_peak_gflops = {{key, 1.0}};
   c.machine.bandwidth_gbs = 1000;
-  bench::Row row = bench::run(rt, c.spec, c.work, o, c.machine);
+  bench::Row row = c.run();
   ASSERT_TRUE(row.ok) << row.failure;
   EXPECT_EQ(row.bound, "compute");
   EXPECT_NEAR(row.peak_fraction, row.gflops / 10, 1e-12);
